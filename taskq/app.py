@@ -1,0 +1,217 @@
+"""The App: task registry, settings, and the producer side (publishing tasks)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar, overload
+
+from taskq.envelope import MSG_ID, TASK_HEADER, Envelope, format_time, now_iso
+from taskq.errors import ConfigError
+from taskq.handle import TaskHandle
+from taskq.ids import new_id
+from taskq.jetstream import Broker
+from taskq.names import Names, check_queue, check_task
+from taskq.policy import RetryPolicy
+from taskq.portal import Portal
+from taskq.retrying import retry_transient
+from taskq.settings import Settings
+from taskq.task import CallOptions, Task
+from taskq.topology import queue_stream
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+EXECUTORS = ("default", "thread", "process", "spark")
+
+
+class App:
+    """A taskq application: declare tasks with `@app.task`, enqueue them, run workers on them.
+
+    `url` defaults to `TASKQ_URL` or nats://127.0.0.1:4222; `prefix` to `TASKQ_PREFIX` or
+    "taskq". Other keyword arguments are `Settings` fields (credentials, replicas, ...).
+    """
+
+    def __init__(self, url: str | None = None, prefix: str | None = None, **settings: Any) -> None:
+        self.settings = Settings.load(url=url, prefix=prefix, **settings)
+        self.tasks: dict[str, Task[Any, Any]] = {}
+        self._brokers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Broker] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._connecting: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._ready_queues: set[tuple[int, str]] = set()
+        self._portal: Portal | None = None
+        self._portal_lock = threading.Lock()
+
+    @property
+    def names(self) -> Names:
+        return Names(self.settings.prefix)
+
+    def configure(self, **changes: Any) -> None:
+        """Change settings (e.g. from CLI flags) before connecting."""
+        self.settings = self.settings.replace(**changes)
+
+    # -- declaring tasks -------------------------------------------------------------------
+    @overload
+    def task(self, fn: F) -> Task[Any, Any]: ...
+
+    @overload
+    def task(self, fn: None = None, **options: Any) -> Callable[[F], Task[Any, Any]]: ...
+
+    def task(self, fn: Any = None, **options: Any) -> Any:
+        """Register a function as a task. Usable bare (`@app.task`) or with options."""
+        if fn is not None:
+            return self._register(fn, **options)
+        return lambda f: self._register(f, **options)
+
+    def _register(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        max_retries: int = 3,
+        ack_wait: float = 30.0,
+        timeout: float | None = None,
+        retry_for: tuple[type[BaseException], ...] = (Exception,),
+        give_up_on: tuple[type[BaseException], ...] = (),
+        ack_sync: bool = False,
+        backoff: float = 1.0,
+        backoff_max: float = 300.0,
+        jitter: float = 1.0,
+        executor: str = "default",
+        store_result: bool = True,
+    ) -> Task[Any, Any]:
+        task_name = check_task(name or fn.__name__)
+        check_queue(queue)
+        if task_name in self.tasks:
+            raise ConfigError(f"task {task_name!r} is already registered")
+        if max_retries < 0:
+            raise ConfigError(f"task {task_name!r}: max_retries must be >= 0")
+        if executor not in EXECUTORS:
+            raise ConfigError(f"task {task_name!r}: executor must be one of {EXECUTORS}")
+        policy = RetryPolicy(
+            max_retries=max_retries,
+            backoff=backoff,
+            backoff_max=backoff_max,
+            jitter=jitter,
+            retry_for=tuple(retry_for),
+            give_up_on=tuple(give_up_on),
+        )
+        task: Task[Any, Any] = Task(
+            self,
+            fn,
+            name=task_name,
+            queue=queue,
+            policy=policy,
+            ack_wait=ack_wait,
+            timeout=timeout,
+            ack_sync=ack_sync,
+            executor=executor,
+            store_result=store_result,
+        )
+        self.tasks[task_name] = task
+        return task
+
+    def queues(self) -> list[str]:
+        """Queues that registered tasks use, in declaration order."""
+        return list(dict.fromkeys(t.queue for t in self.tasks.values()))
+
+    # -- connection ------------------------------------------------------------------------
+    @property
+    def portal(self) -> Portal:
+        with self._portal_lock:
+            if self._portal is None:
+                self._portal = Portal()
+            return self._portal
+
+    async def broker(self) -> Broker:
+        """The connection for the running event loop (one per loop, made on first use)."""
+        loop = asyncio.get_running_loop()
+        broker = self._brokers.get(loop)
+        if broker is not None:
+            return broker
+        lock = self._connecting.setdefault(loop, asyncio.Lock())
+        async with lock:
+            broker = self._brokers.get(loop)
+            if broker is None:
+                broker = await Broker.connect(self.settings)
+                self._brokers[loop] = broker
+        return broker
+
+    async def ensure_queue(self, queue: str) -> None:
+        """Create (or update) a queue's stream once per connection."""
+        broker = await self.broker()
+        key = (id(broker), queue)
+        if key in self._ready_queues:
+            return
+        await broker.ensure_stream(queue_stream(self.names, self.settings, queue))
+        self._ready_queues.add(key)
+
+    async def aclose(self) -> None:
+        """Close this loop's connection."""
+        loop = asyncio.get_running_loop()
+        broker = self._brokers.pop(loop, None)
+        if broker is not None:
+            self._ready_queues = {k for k in self._ready_queues if k[0] != id(broker)}
+            await broker.close()
+
+    def close(self) -> None:
+        """Close the synchronous side (the portal's connection and thread)."""
+        with self._portal_lock:
+            portal, self._portal = self._portal, None
+        if portal is not None:
+            try:
+                portal.run(self.aclose(), timeout=10)
+            finally:
+                portal.stop()
+
+    # -- publishing ------------------------------------------------------------------------
+    def build_envelope(
+        self, task: Task[Any, Any], args: Any, kwargs: dict[str, Any], opts: CallOptions
+    ) -> Envelope:
+        """Validate arguments and build the message; raises ArgumentsError, publishes nothing."""
+        wire_args, wire_kwargs = task.validator.for_wire(args, kwargs)
+        return Envelope(
+            id=opts.key or new_id(),
+            task=task.name,
+            args=wire_args,
+            kwargs=wire_kwargs,
+            enqueued_at=now_iso(),
+            expires_at=_expires_at(opts.expires),
+            meta=dict(opts.meta),
+        )
+
+    async def publish_task(
+        self, task: Task[Any, Any], args: Any, kwargs: dict[str, Any], opts: CallOptions
+    ) -> TaskHandle:
+        envelope = self.build_envelope(task, args, kwargs, opts)
+        queue = check_queue(opts.queue or task.queue)
+        return await self.publish_envelope(envelope, queue)
+
+    async def publish_envelope(
+        self, envelope: Envelope, queue: str, msg_id: str | None = None
+    ) -> TaskHandle:
+        """Publish a ready envelope to `queue` (requeue and workflows use this too)."""
+        await retry_transient(lambda: self.ensure_queue(queue), what="queue set-up")
+        broker = await self.broker()
+        headers = {MSG_ID: msg_id or envelope.id, TASK_HEADER: envelope.task}
+        subject = self.names.queue_subject(queue, envelope.task)
+        body = envelope.encode()
+        ack = await retry_transient(
+            lambda: broker.publish(subject, body, headers), what=f"enqueue of {envelope.task}"
+        )
+        return TaskHandle(envelope.id, envelope.task, queue, ack.seq, ack.duplicate)
+
+
+def _expires_at(expires: float | timedelta | datetime | None) -> str | None:
+    if expires is None:
+        return None
+    if isinstance(expires, datetime):
+        return format_time(expires)
+    seconds = expires.total_seconds() if isinstance(expires, timedelta) else float(expires)
+    return format_time(datetime.now(UTC) + timedelta(seconds=seconds))

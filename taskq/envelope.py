@@ -1,0 +1,140 @@
+"""The task message on the wire (DESIGN §4, version 1) and its codec.
+
+A foreign producer only has to send `{"args": [...], "kwargs": {...}}` on
+`<prefix>.q.<queue>.<task>`: the id defaults to the `Nats-Msg-Id` header (or the stream
+sequence) and the task name to the subject's task tokens.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from taskq.errors import DecodeError
+
+VERSION = 1
+MSG_ID = "Nats-Msg-Id"
+TASK_HEADER = "Taskq-Task"
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """One task invocation: what to run, with which arguments, and its bookkeeping."""
+
+    id: str
+    task: str
+    args: list[Any] = field(default_factory=list)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    enqueued_at: str | None = None
+    expires_at: str | None = None
+    eta: str | None = None
+    flow: dict[str, Any] | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "v": VERSION,
+            "id": self.id,
+            "task": self.task,
+            "args": self.args,
+            "kwargs": self.kwargs,
+            "enqueued_at": self.enqueued_at,
+            "expires_at": self.expires_at,
+            "eta": self.eta,
+            "flow": self.flow,
+            "meta": self.meta,
+        }
+
+    def encode(self) -> bytes:
+        return json.dumps(self.to_dict(), separators=(",", ":"), ensure_ascii=False).encode()
+
+    def expired(self, now: datetime | None = None) -> bool:
+        if not self.expires_at:
+            return False
+        return parse_time(self.expires_at) <= (now or datetime.now(UTC))
+
+
+class _Wire(BaseModel):
+    """What a v1 body may hold; only `args`/`kwargs` are required from foreign producers."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    v: int = VERSION
+    id: str | None = None
+    task: str | None = None
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    enqueued_at: str | None = None
+    expires_at: str | None = None
+    eta: str | None = None
+    flow: dict[str, Any] | None = None
+    meta: dict[str, Any] = {}
+
+
+def decode(
+    data: bytes,
+    *,
+    subject_task: str | None,
+    msg_id: str | None,
+    seq: int,
+) -> Envelope:
+    """Parse wire bytes into an Envelope, or raise DecodeError saying what is wrong."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DecodeError(f"body is not UTF-8: {exc.reason} at byte {exc.start}") from None
+    try:
+        raw = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise DecodeError(f"body is not JSON: {str(exc)[:200]}") from None
+    if not isinstance(raw, dict):
+        raise DecodeError(f"body is JSON {type(raw).__name__}, not an object")
+    try:
+        wire = _Wire.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "body"
+        raise DecodeError(f"{where}: {first['msg']}") from None
+    if wire.v != VERSION:
+        raise DecodeError(f"unsupported wire format version {wire.v} (this taskq reads {VERSION})")
+    for name in ("enqueued_at", "expires_at", "eta"):
+        value = getattr(wire, name)
+        if value is not None:
+            try:
+                parse_time(value)
+            except ValueError:
+                raise DecodeError(f"{name}: not an RFC 3339 time: {value[:64]!r}") from None
+    task = wire.task or subject_task
+    if not task:
+        raise DecodeError("no task name in the body or the subject")
+    return Envelope(
+        id=wire.id or msg_id or str(seq),
+        task=task,
+        args=wire.args,
+        kwargs=wire.kwargs,
+        enqueued_at=wire.enqueued_at,
+        expires_at=wire.expires_at,
+        eta=wire.eta,
+        flow=wire.flow,
+        meta=wire.meta,
+    )
+
+
+def now_iso() -> str:
+    """The current UTC time as RFC 3339 with a `Z`, as used on the wire."""
+    return format_time(datetime.now(UTC))
+
+
+def format_time(moment: datetime) -> str:
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def parse_time(text: str) -> datetime:
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)

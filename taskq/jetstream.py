@@ -1,0 +1,522 @@
+"""The one module that imports `nats`: a thin broker over NATS JetStream.
+
+Everything else in taskq (and `workers`, `dlq`) speaks the types defined here and in
+`taskq.topology`. NATS client exceptions are translated into the `TaskqError` tree at this
+boundary so they never leak to users.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar
+
+import nats
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext, api
+
+from taskq.errors import (
+    BrokerError,
+    ConnectError,
+    NotFound,
+    PayloadTooLarge,
+    PermissionDenied,
+    TaskqError,
+    TransientError,
+)
+from taskq.settings import Settings
+from taskq.topology import ConsumerSpec, StreamSpec
+
+log = logging.getLogger("taskq.jetstream")
+T = TypeVar("T")
+
+# JetStream API error codes we react to (nats-server `server/errors.json`)
+_STREAM_NOT_FOUND = 10059
+_CONSUMER_NOT_FOUND = 10014
+_MESSAGE_NOT_FOUND = 10037
+_STREAM_NAME_IN_USE = 10058
+
+
+@dataclass(frozen=True)
+class PubAck:
+    stream: str
+    seq: int
+    duplicate: bool
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """A message read directly from a stream by sequence."""
+
+    subject: str
+    seq: int
+    data: bytes
+    headers: dict[str, str]
+    time: datetime | None
+
+
+@dataclass(frozen=True)
+class StreamState:
+    name: str
+    messages: int
+    bytes: int
+    first_seq: int
+    last_seq: int
+    consumers: int
+    subjects: dict[str, int]
+    config_subjects: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ConsumerState:
+    name: str
+    pending: int  # not yet delivered
+    ack_pending: int  # delivered, not yet acked: in flight
+    redelivered: int
+    waiting: int  # pull requests waiting: a rough count of idle workers
+    ack_wait: float
+    max_deliver: int
+
+
+@contextlib.contextmanager
+def translated() -> Iterator[None]:
+    """Turn NATS client errors raised inside the block into taskq errors."""
+    try:
+        yield
+    except TaskqError:
+        raise
+    except nats.js.errors.NotFoundError as exc:
+        raise NotFound(exc.description or "not found", exc.err_code, exc.code) from None
+    except nats.js.errors.ServiceUnavailableError as exc:
+        raise TransientError(
+            exc.description or "JetStream unavailable", exc.err_code, 503
+        ) from None
+    except nats.js.errors.NoStreamResponseError:
+        raise TransientError("no stream answered the publish (is it being elected?)") from None
+    except nats.js.errors.APIError as exc:
+        text = exc.description or str(exc)
+        if exc.code == 403 or "permission" in text.lower():
+            raise PermissionDenied(text, exc.err_code, exc.code) from None
+        raise BrokerError(text, exc.err_code, exc.code) from None
+    except nats.errors.MaxPayloadError as exc:
+        raise BrokerError(f"message over the server's max_payload: {exc}") from None
+    except (nats.errors.TimeoutError, TimeoutError):
+        raise TransientError("NATS request timed out") from None
+    except nats.errors.NoRespondersError:
+        raise TransientError("no responders (JetStream not ready?)") from None
+    except (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError) as exc:
+        raise TransientError(f"NATS connection not ready: {type(exc).__name__}") from None
+    except nats.errors.Error as exc:
+        raise BrokerError(str(exc) or type(exc).__name__) from None
+
+
+def _stream_config(spec: StreamSpec) -> api.StreamConfig:
+    return api.StreamConfig(
+        name=spec.name,
+        description=spec.description or None,
+        subjects=list(spec.subjects),
+        retention=(
+            api.RetentionPolicy.WORK_QUEUE
+            if spec.retention == "workqueue"
+            else api.RetentionPolicy.LIMITS
+        ),
+        storage=api.StorageType.FILE,
+        num_replicas=spec.replicas,
+        max_age=spec.max_age,
+        duplicate_window=spec.duplicate_window,
+        allow_msg_schedules=True if spec.schedules else None,
+        allow_msg_ttl=True if spec.msg_ttl else None,
+        allow_direct=True,
+    )
+
+
+def _consumer_config(spec: ConsumerSpec) -> api.ConsumerConfig:
+    return api.ConsumerConfig(
+        durable_name=spec.durable,
+        deliver_policy=api.DeliverPolicy.ALL,
+        ack_policy=api.AckPolicy.EXPLICIT,
+        ack_wait=spec.ack_wait,
+        max_deliver=spec.max_deliver,
+        max_ack_pending=spec.max_ack_pending,
+        filter_subject=spec.filter_subject or None,
+        max_waiting=512,
+    )
+
+
+class Delivery:
+    """One delivery of a stream message to a consumer, with its settle operations."""
+
+    __slots__ = ("_client", "_msg", "num_delivered", "seq", "stream")
+
+    def __init__(self, msg: Msg, client: Client) -> None:
+        self._msg = msg
+        self._client = client
+        meta = msg.metadata
+        self.seq: int = meta.sequence.stream
+        self.num_delivered: int = meta.num_delivered
+        self.stream: str = meta.stream
+
+    @property
+    def data(self) -> bytes:
+        return self._msg.data
+
+    @property
+    def subject(self) -> str:
+        return self._msg.subject
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return dict(self._msg.headers or {})
+
+    def header(self, name: str) -> str | None:
+        headers = self._msg.headers
+        return headers.get(name) if headers else None
+
+    async def ack(self) -> None:
+        with translated():
+            await self._msg.ack()
+
+    async def ack_sync(self, timeout: float = 5.0) -> None:
+        with translated():
+            await self._msg.ack_sync(timeout=timeout)
+
+    async def nak(self, delay: float = 0.0) -> None:
+        with translated():
+            await self._msg.nak(delay=delay if delay > 0 else None)
+
+    async def in_progress(self) -> None:
+        with translated():
+            await self._msg.in_progress()
+
+    async def term(self, reason: str = "") -> None:
+        """Terminate with a reason: nats-py's `term()` sends none, the server accepts `+TERM r`."""
+        reply = self._msg.reply
+        payload = b"+TERM" + (b" " + reason.encode()[:200] if reason else b"")
+        with translated():
+            await self._client.publish(reply, payload)
+        self._msg._ackd = True
+
+
+class Puller:
+    """A bound pull subscription on a shared durable consumer."""
+
+    def __init__(self, sub: JetStreamContext.PullSubscription, client: Client) -> None:
+        self._sub = sub
+        self._client = client
+
+    async def fetch(self, batch: int, timeout: float) -> list[Delivery]:
+        """Up to `batch` deliveries; an empty list when none arrived within `timeout`."""
+        try:
+            with translated():
+                msgs = await self._sub.fetch(batch, timeout=timeout)
+        except TransientError as exc:
+            if str(exc) == "NATS request timed out":
+                return []
+            raise
+        return [Delivery(m, self._client) for m in msgs]
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._sub.unsubscribe()
+
+
+def _tls_context(settings: Settings) -> ssl.SSLContext | None:
+    if not (settings.tls_ca or settings.tls_cert):
+        return None
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=settings.tls_ca)
+    if settings.tls_cert:
+        ctx.load_cert_chain(settings.tls_cert, settings.tls_key)
+    return ctx
+
+
+class _Events:
+    """Connection callbacks that stay quiet while connecting for the first time and closing."""
+
+    def __init__(self) -> None:
+        self.live = False
+
+    async def error(self, exc: Exception) -> None:
+        if self.live:
+            log.warning("NATS: %s", exc or type(exc).__name__)
+
+    async def disconnected(self) -> None:
+        if self.live:
+            log.warning("NATS: disconnected, reconnecting")
+
+    async def reconnected(self) -> None:
+        if self.live:
+            log.info("NATS: reconnected")
+
+
+def _connect_options(settings: Settings, name: str, events: _Events) -> dict[str, Any]:
+    options: dict[str, Any] = {
+        "servers": [u.strip() for u in settings.url.split(",")],
+        "name": name,
+        "connect_timeout": settings.connect_timeout,
+        "allow_reconnect": True,
+        # bounded for the first connect (fail fast with ConnectError); unbounded afterwards
+        "max_reconnect_attempts": 1,
+        "reconnect_time_wait": 0.5,
+        "error_cb": events.error,
+        "disconnected_cb": events.disconnected,
+        "reconnected_cb": events.reconnected,
+    }
+    if settings.user:
+        options["user"] = settings.user
+        options["password"] = settings.password
+    if settings.token:
+        options["token"] = settings.token
+    if settings.nkey_seed:
+        options["nkeys_seed_str"] = settings.nkey_seed
+    if settings.creds:
+        options["user_credentials"] = settings.creds
+    tls = _tls_context(settings)
+    if tls is not None:
+        options["tls"] = tls
+    return options
+
+
+class Broker:
+    """A connection to NATS with the JetStream operations taskq uses."""
+
+    def __init__(self, client: Client, settings: Settings, events: _Events) -> None:
+        self._nc = client
+        self._js = client.jetstream(timeout=5.0)
+        self._events = events
+        self.settings = settings
+
+    @classmethod
+    async def connect(cls, settings: Settings, name: str = "taskq") -> Broker:
+        """Connect, or raise ConnectError naming the URL when no server answers."""
+        events = _Events()
+        client = Client()
+        try:
+            await client.connect(**_connect_options(settings, name, events))
+        except nats.errors.AuthorizationError as exc:
+            raise PermissionDenied(
+                f"NATS at {settings.url} refused the credentials: {exc}"
+            ) from None
+        except (TimeoutError, nats.errors.Error, OSError) as exc:
+            last = getattr(client, "_err", None)
+            if isinstance(last, nats.errors.AuthorizationError):
+                raise PermissionDenied(f"NATS at {settings.url} refused the credentials") from None
+            with contextlib.suppress(Exception):
+                await client.close()
+            raise ConnectError(settings.url, str(last or exc)) from None
+        client.options["max_reconnect_attempts"] = -1  # from now on, never give up
+        events.live = True
+        return cls(client, settings, events)
+
+    @property
+    def max_payload(self) -> int:
+        return int(self._nc.max_payload)
+
+    @property
+    def connected(self) -> bool:
+        return bool(self._nc.is_connected)
+
+    async def close(self) -> None:
+        self._events.live = False
+        # flush (settles and publishes reach the server), then close: `drain()` would wait
+        # out its 30 s timeout on the inboxes of expired pull requests.
+        with contextlib.suppress(Exception):
+            await self._nc.flush(timeout=2)
+        with contextlib.suppress(Exception):
+            await self._nc.close()
+
+    async def flush(self, timeout: float = 5.0) -> None:
+        with translated():
+            await self._nc.flush(timeout=int(max(1, timeout)))
+
+    # -- topology ---------------------------------------------------------------------------
+    async def ensure_stream(self, spec: StreamSpec) -> None:
+        """Create the stream, or update it when its config drifted from `spec`."""
+        config = _stream_config(spec)
+        with translated():
+            try:
+                await self._js.add_stream(config)
+            except nats.js.errors.BadRequestError as exc:
+                if exc.err_code != _STREAM_NAME_IN_USE:
+                    raise
+                await self._js.update_stream(config)
+
+    async def ensure_consumer(self, spec: ConsumerSpec) -> None:
+        """Create or update a durable consumer with the whole intended config."""
+        with translated():
+            await self._js.add_consumer(spec.stream, _consumer_config(spec))
+
+    async def stream_subjects(self, stream: str) -> tuple[str, ...] | None:
+        """The configured subjects of `stream`, or None when it does not exist."""
+        try:
+            with translated():
+                info = await self._js.stream_info(stream)
+        except NotFound:
+            return None
+        return tuple(info.config.subjects or ())
+
+    async def stream_state(self, stream: str, subjects_filter: str | None = None) -> StreamState:
+        with translated():
+            info = await self._js.stream_info(stream, subjects_filter=subjects_filter)
+        state = info.state
+        return StreamState(
+            name=stream,
+            messages=state.messages,
+            bytes=state.bytes,
+            first_seq=state.first_seq,
+            last_seq=state.last_seq,
+            consumers=state.consumer_count,
+            subjects=dict(getattr(state, "subjects", None) or {}),
+            config_subjects=tuple(info.config.subjects or ()),
+        )
+
+    async def consumer_state(self, stream: str, durable: str) -> ConsumerState:
+        with translated():
+            info = await self._js.consumer_info(stream, durable)
+        return ConsumerState(
+            name=durable,
+            pending=info.num_pending or 0,
+            ack_pending=info.num_ack_pending or 0,
+            redelivered=info.num_redelivered or 0,
+            waiting=info.num_waiting or 0,
+            ack_wait=float(info.config.ack_wait or 0),
+            max_deliver=int(info.config.max_deliver or -1),
+        )
+
+    async def stream_names(self) -> list[str]:
+        with translated():
+            infos = await self._js.streams_info()
+        return [i.config.name for i in infos if i.config.name]
+
+    async def delete_stream(self, stream: str) -> None:
+        with translated():
+            await self._js.delete_stream(stream)
+
+    # -- messages ---------------------------------------------------------------------------
+    async def publish(
+        self,
+        subject: str,
+        body: bytes,
+        headers: dict[str, str] | None = None,
+        *,
+        timeout: float = 5.0,
+    ) -> PubAck:
+        """Publish and wait for the server to store it; raises PayloadTooLarge before sending."""
+        size = len(body) + sum(len(k) + len(v) + 4 for k, v in (headers or {}).items())
+        if size > self.max_payload:
+            raise PayloadTooLarge(size, self.max_payload)
+        with translated():
+            ack = await self._js.publish(subject, body, timeout=timeout, headers=headers)
+        return PubAck(ack.stream, ack.seq, bool(ack.duplicate))
+
+    async def publish_nowait(
+        self, subject: str, body: bytes, headers: dict[str, str] | None = None
+    ) -> Awaitable[PubAck]:
+        """Send now, return an awaitable for the server's ack (pipelined publishing)."""
+        size = len(body) + sum(len(k) + len(v) + 4 for k, v in (headers or {}).items())
+        if size > self.max_payload:
+            raise PayloadTooLarge(size, self.max_payload)
+        with translated():
+            future = await self._js.publish_async(subject, body, headers=headers, wait_stall=30)
+        return _pub_ack(future)
+
+    async def publish_core(self, subject: str, body: bytes) -> None:
+        """Fire-and-forget core NATS publish (for acks sent on a reply subject)."""
+        with translated():
+            await self._nc.publish(subject, body)
+
+    async def request(self, subject: str, body: bytes, timeout: float = 5.0) -> bytes:
+        with translated():
+            msg = await self._nc.request(subject, body, timeout=timeout)
+        return bytes(msg.data)
+
+    async def pull(self, stream: str, durable: str) -> Puller:
+        with translated():
+            sub = await self._js.pull_subscribe_bind(durable=durable, stream=stream)
+        return Puller(sub, self._nc)
+
+    async def get_msg(self, stream: str, seq: int) -> StoredMessage | None:
+        """Read one message by sequence; None when it is gone."""
+        try:
+            with translated():
+                raw = await self._js.get_msg(stream, seq=seq)
+        except NotFound:
+            return None
+        except BrokerError as exc:
+            if exc.code == _MESSAGE_NOT_FOUND:
+                return None
+            raise
+        return StoredMessage(
+            subject=raw.subject or "",
+            seq=raw.seq or seq,
+            data=raw.data or b"",
+            headers=dict(raw.headers or {}),
+            time=None,
+        )
+
+    async def next_msg(
+        self, stream: str, seq: int, subject: str | None = None
+    ) -> StoredMessage | None:
+        """The first message at or after `seq` (optionally on `subject`); None past the end."""
+        try:
+            with translated():
+                raw = await self._js.get_msg(stream, seq=seq, next=True, subject=subject)
+        except NotFound:
+            return None
+        except BrokerError as exc:
+            if exc.code == _MESSAGE_NOT_FOUND:
+                return None
+            raise
+        return StoredMessage(
+            subject=raw.subject or "",
+            seq=raw.seq or seq,
+            data=raw.data or b"",
+            headers=dict(raw.headers or {}),
+            time=None,
+        )
+
+    async def delete_msg(self, stream: str, seq: int) -> bool:
+        """Delete one message; False when it was already gone."""
+        try:
+            with translated():
+                await self._js.delete_msg(stream, seq)
+        except NotFound:
+            return False
+        except BrokerError as exc:
+            if exc.code == _MESSAGE_NOT_FOUND:
+                return False
+            raise
+        return True
+
+    # -- dlq reads and bulk operations (issue 3) ------------------------------------------
+
+    # -- key-value buckets: results and workflow state (issue 5) ----------------------------
+
+    # -- message schedules (issue 5) --------------------------------------------------------
+
+    # -- statistics and operations (issue 6) ------------------------------------------------
+
+    async def subscribe(
+        self, subject: str, handler: Callable[[str, bytes], Awaitable[None]]
+    ) -> Callable[[], Awaitable[None]]:
+        """Core NATS subscription; returns an async unsubscribe function."""
+
+        async def on_msg(msg: Msg) -> None:
+            await handler(msg.subject, msg.data)
+
+        with translated():
+            sub = await self._nc.subscribe(subject, cb=on_msg)
+        return sub.unsubscribe
+
+
+async def _pub_ack(future: asyncio.Future[api.PubAck]) -> PubAck:
+    with translated():
+        ack = await future
+    return PubAck(ack.stream, ack.seq, bool(ack.duplicate))

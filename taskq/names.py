@@ -1,0 +1,119 @@
+"""Names of every JetStream object and subject, derived from one prefix (DESIGN §3).
+
+Several apps, tenants or tests share a server by using different prefixes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from taskq.errors import ConfigError
+
+_TOKEN = re.compile(r"^[A-Za-z0-9_-]+$")
+_TASK = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
+
+
+def check_queue(name: str) -> str:
+    """Return `name` if it is a valid queue (or prefix) name, else raise ConfigError."""
+    if not isinstance(name, str) or not _TOKEN.match(name):
+        raise ConfigError(f"invalid queue name {name!r}: use letters, digits, '_' and '-' only")
+    return name
+
+
+def check_prefix(name: str) -> str:
+    """Return `name` if it is a valid prefix, else raise ConfigError."""
+    if not isinstance(name, str) or not _TOKEN.match(name):
+        raise ConfigError(f"invalid prefix {name!r}: use letters, digits, '_' and '-' only")
+    return name
+
+
+def check_task(name: str) -> str:
+    """Return `name` if it is a valid task name (dots only between parts), else raise."""
+    if not isinstance(name, str) or not _TASK.match(name):
+        raise ConfigError(
+            f"invalid task name {name!r}: use letters, digits, '_' and '-', "
+            "with dots only between parts"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class Names:
+    """All stream, consumer, bucket and subject names for one prefix."""
+
+    prefix: str = "taskq"
+
+    def __post_init__(self) -> None:
+        check_prefix(self.prefix)
+
+    @property
+    def _up(self) -> str:
+        return self.prefix.upper()
+
+    # queues
+    def queue_stream(self, queue: str, partition: int | None = None) -> str:
+        base = f"{self._up}_Q_{queue.upper()}"
+        return base if partition is None else f"{base}_P{partition}"
+
+    def queue_subject(self, queue: str, task: str) -> str:
+        return f"{self.prefix}.q.{queue}.{task}"
+
+    def queue_filter(self, queue: str) -> str:
+        return f"{self.prefix}.q.{queue}.>"
+
+    def schedule_filter(self, queue: str) -> str:
+        return f"{self.prefix}.s.{queue}.>"
+
+    def schedule_subject(self, queue: str, schedule: str) -> str:
+        return f"{self.prefix}.s.{queue}.{schedule}"
+
+    def consumer(self, queue: str) -> str:
+        return queue
+
+    def parse_queue_subject(self, subject: str) -> tuple[str, str] | None:
+        """Split `<prefix>.q.<queue>.<task...>` into (queue, task); None if not of that form."""
+        head = f"{self.prefix}.q."
+        if not subject.startswith(head):
+            return None
+        rest = subject[len(head) :]
+        queue, _, task = rest.partition(".")
+        return (queue, task) if queue and task else None
+
+    # dead letters
+    @property
+    def dlq_stream(self) -> str:
+        return f"{self._up}_DLQ"
+
+    def dlq_subject(self, queue: str, task: str) -> str:
+        return f"{self.prefix}.dlq.{queue}.{task}"
+
+    @property
+    def dlq_filter(self) -> str:
+        return f"{self.prefix}.dlq.>"
+
+    # advisories captured for the crash-loop sweeper
+    @property
+    def events_stream(self) -> str:
+        return f"{self._up}_EVENTS"
+
+    @property
+    def events_consumer(self) -> str:
+        return "sweeper"
+
+    @staticmethod
+    def max_deliveries_subject(stream: str) -> str:
+        return f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{stream}.*"
+
+    # key-value and object stores
+    @property
+    def results_bucket(self) -> str:
+        return f"{self._up}_RESULTS"
+
+    @property
+    def flows_bucket(self) -> str:
+        return f"{self._up}_FLOWS"
+
+    @property
+    def blobs_bucket(self) -> str:
+        return f"{self._up}_BLOBS"

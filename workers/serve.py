@@ -1,0 +1,43 @@
+"""`taskq worker`: a Worker under signal control.
+
+First SIGTERM/SIGINT: stop fetching, let running tasks finish within the grace period, NAK
+the rest for immediate redelivery elsewhere, flush, exit 0. A second signal exits at once;
+that is still safe, since unacked messages return after ack_wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+
+from taskq.app import App
+from workers.worker import Worker
+
+log = logging.getLogger("taskq.worker")
+
+
+async def serve(
+    app: App, queues: list[str] | None, *, concurrency: int = 16, grace: float = 30.0
+) -> None:
+    worker = Worker(app, queues, concurrency=concurrency, grace=grace)
+    loop = asyncio.get_running_loop()
+    signals = {"count": 0}
+
+    def on_signal(signum: int) -> None:
+        signals["count"] += 1
+        if signals["count"] > 1:
+            log.warning("second signal: exiting now (unacked tasks return after ack_wait)")
+            os._exit(1)
+        log.info(
+            "%s received: finishing running tasks (grace %.0fs)", signal.Signals(signum).name, grace
+        )
+        worker.stop()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal, signum)
+    try:
+        await worker.run()
+    finally:
+        await app.aclose()

@@ -1,0 +1,39 @@
+"""Bounded concurrency as reservable slots, so a worker never fetches more than it can start."""
+
+from __future__ import annotations
+
+import asyncio
+
+
+class Slots:
+    """A counter of free execution slots that fetch loops reserve before they pull."""
+
+    def __init__(self, size: int) -> None:
+        if size < 1:
+            raise ValueError("concurrency must be >= 1")
+        self.size = size
+        self.free = size
+        self._changed = asyncio.Event()
+
+    async def reserve(self, most: int) -> int:
+        """Wait for at least one free slot, then take up to `most` of them."""
+        while self.free <= 0:
+            self._changed.clear()
+            await self._changed.wait()
+        taken = min(self.free, most)
+        self.free -= taken
+        return taken
+
+    def release(self, count: int = 1) -> None:
+        if count <= 0:
+            return
+        self.free += count
+        self._changed.set()
+
+    def wake(self) -> None:
+        """Wake waiters without freeing anything (used at shutdown)."""
+        self._changed.set()
+
+    @property
+    def busy(self) -> int:
+        return self.size - self.free
