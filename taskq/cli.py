@@ -220,15 +220,27 @@ def demo(burst: int) -> None:
     sys.exit(run_demo(burst))
 
 
+# Modules that contribute commands through a `COMMANDS` list; each is owned by one feature.
+COMMAND_MODULES = (
+    "dlq.cli",  # taskq dlq ...
+    "taskq.commands.results",  # taskq result ...
+    "taskq.commands.schedules",  # taskq schedules ...
+    "taskq.commands.queues",  # taskq queues ...
+)
+
+
 def _register_subcommands() -> None:
-    """Attach command groups that live in other modules (kept small and separate)."""
-    for module in ("dlq.cli", "taskq.inspect"):
+    """Attach commands that live in other modules (kept small and separate)."""
+    for module in COMMAND_MODULES:
         try:
             mod = importlib.import_module(module)
-        except ImportError:
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise
             continue
         for command in getattr(mod, "COMMANDS", ()):
-            cli.add_command(command)
+            if command.name not in cli.commands:
+                cli.add_command(command)
 
 
 def main(argv: list[str] | None = None) -> None:

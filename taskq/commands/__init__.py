@@ -1,0 +1,1 @@
+"""Command groups of the `taskq` CLI, one module per feature."""
