@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import click
 
 from taskq.app import App
-from taskq.errors import ConnectError, TaskqError
+from taskq.errors import ArgumentsError, ConfigError, ConnectError, TaskqError
 from taskq.settings import Settings
 
 T = TypeVar("T")
@@ -105,15 +105,20 @@ def server(port: int, host: str, store_dir: str, config: str | None) -> None:
     from taskq.server import EmbeddedServer
 
     embedded = EmbeddedServer(port=port, host=host, store_dir=store_dir, config=config)
+    stopping: list[int] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stopping.append(signum)
+        if embedded.process is not None:
+            embedded.process.terminate()
+
+    # installed before the child starts, so an early SIGTERM still stops it cleanly
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     click.echo(f"taskq: starting nats-server on {embedded.url} (store {store_dir}); Ctrl-C stops")
-    embedded.start(foreground_output=True)
-    proc = embedded.process
-    assert proc is not None
-    signal.signal(signal.SIGTERM, lambda *_: proc.terminate())
-    try:
-        sys.exit(proc.wait())
-    except KeyboardInterrupt:
-        embedded.stop()
+    proc = embedded.spawn(foreground_output=True)
+    code = proc.wait()
+    sys.exit(0 if stopping else code)
 
 
 @cli.command()
@@ -169,6 +174,8 @@ def enqueue(
     async def go() -> Any:
         try:
             return await call.enqueue(*args, **kwargs)
+        except ArgumentsError as exc:  # the user's JSON_ARGS do not fit the signature
+            raise click.BadParameter(str(exc), param_hint="JSON_ARGS") from None
         finally:
             await app.aclose()
 
@@ -261,6 +268,9 @@ def main(argv: list[str] | None = None) -> None:
     except ConnectError as exc:
         click.echo(f"taskq: {exc}", err=True)
         sys.exit(1)
+    except ConfigError as exc:  # a bad name or setting given by the user: a usage error
+        click.echo(f"taskq: {exc}", err=True)
+        sys.exit(2)
     except TaskqError as exc:
         click.echo(f"taskq: error: {exc}", err=True)
         sys.exit(1)

@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from taskq.errors import TaskqError
 
@@ -89,25 +90,28 @@ class EmbeddedServer:
             cmd += ["-c", self.config]
         return cmd + list(self.extra_args)
 
-    def start(self, timeout: float = 15.0, foreground_output: bool = False) -> EmbeddedServer:
-        """Start the process and wait until it accepts connections."""
+    def spawn(self, foreground_output: bool = False) -> subprocess.Popen[bytes]:
+        """Start the process without waiting for it to listen."""
         if port_open(self.host, self.port):
             raise ServerError(f"port {self.port} on {self.host} is already in use")
         self.store_dir.mkdir(parents=True, exist_ok=True)
-        out: int | object
-        if foreground_output:
-            out = None
-        elif self.log_file:
-            self.log_file.parent.mkdir(parents=True, exist_ok=True)
-            out = open(self.log_file, "ab")  # noqa: SIM115 - owned by the child process
-        else:
+        out: Any = None
+        if not foreground_output:
             out = subprocess.DEVNULL
+            if self.log_file:
+                self.log_file.parent.mkdir(parents=True, exist_ok=True)
+                out = open(self.log_file, "ab")  # noqa: SIM115 - handed to the child process
         self.process = subprocess.Popen(self.command(), stdout=out, stderr=out)
+        return self.process
+
+    def start(self, timeout: float = 15.0) -> EmbeddedServer:
+        """Start the process and wait until it accepts connections."""
+        process = self.spawn()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.process.poll() is not None:
+            if process.poll() is not None:
                 raise ServerError(
-                    f"nats-server exited with code {self.process.returncode} "
+                    f"nats-server exited with code {process.returncode} "
                     f"(command: {' '.join(self.command())})"
                 )
             if port_open(self.host, self.port):

@@ -1,0 +1,124 @@
+"""The `taskq` command as a user runs it: exit codes, one-line errors, enqueue, server, demo."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from taskq.server import free_port, port_open
+from tests.conftest import ROOT
+
+APP = "tests.apps.ledger:app"
+
+
+def taskq(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "taskq", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_missing_server_is_one_line_exit_1() -> None:
+    url = f"nats://127.0.0.1:{free_port()}"
+    result = taskq("--url", url, "enqueue", APP, "quick", '["x"]')
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"taskq: cannot reach NATS at {url}: start one with `taskq server`"
+    ]
+
+
+def test_missing_server_for_worker_too() -> None:
+    url = f"nats://127.0.0.1:{free_port()}"
+    result = taskq("--url", url, "worker", APP)
+    assert result.returncode == 1 and "cannot reach NATS at" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("worker",),
+        ("enqueue", APP),
+        ("enqueue", APP, "no_such_task"),
+        ("enqueue", "no_such_module:app", "quick"),
+        ("enqueue", "tests.apps.ledger:nothing", "quick"),
+        ("enqueue", APP, "quick", "{not json"),
+        ("worker", APP, "-c", "0"),
+        ("no-such-command",),
+        ("--prefix", "bad.prefix", "enqueue", APP, "quick", '["x"]'),
+    ],
+)
+def test_bad_usage_is_one_line_exit_2(args: tuple[str, ...]) -> None:
+    result = taskq(*args)
+    assert result.returncode == 2, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_arguments_not_fitting_the_signature_exit_2(nats_url: str, prefix: str) -> None:
+    result = taskq("--url", nats_url, "--prefix", prefix, "enqueue", APP, "slow", '["a", "x"]')
+    assert result.returncode == 2 and "seconds" in result.stderr
+
+
+def test_enqueue_prints_id_and_honours_key(nats_url: str, prefix: str) -> None:
+    base = ("--url", nats_url, "--prefix", prefix, "enqueue", APP, "quick")
+    plain = taskq(*base, '["t1"]')
+    assert plain.returncode == 0 and len(plain.stdout.strip()) == 26  # a ULID
+    first = json.loads(taskq(*base, '{"token": "t2"}', "--key", "k-1", "--json").stdout)
+    again = json.loads(taskq(*base, '{"token": "t2"}', "--key", "k-1", "--json").stdout)
+    assert first["id"] == again["id"] == "k-1"
+    assert first["duplicate"] is False and again["duplicate"] is True
+
+
+def test_server_command_runs_in_foreground_and_stops_on_sigterm(tmp_path: Path) -> None:
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "taskq",
+            "server",
+            "--port",
+            str(port),
+            "--store-dir",
+            str(tmp_path / "store"),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 15
+        while not port_open("127.0.0.1", port):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        assert (tmp_path / "store").is_dir()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_demo_runs_end_to_end() -> None:
+    result = taskq("demo", "--tasks", "200", timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert "succeeded      203" in out and "dead-lettered  1" in out
+    assert "doomed: exhausted" in out
+
+
+def test_version_and_help() -> None:
+    assert taskq("--version").returncode == 0
+    assert "worker" in taskq("--help").stdout
+    assert os.environ.get("CI") is None or True
