@@ -7,7 +7,7 @@ once per task) and publishes the message; the worker validates again before runn
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, get_type_hints
@@ -166,6 +166,10 @@ class Task(Generic[P, R]):
         """`enqueue` for synchronous code."""
         return TaskCall(self, CallOptions()).delay(*args, **kwargs)
 
+    async def enqueue_many(self, items: Iterable[Any]) -> list[TaskHandle]:
+        """Enqueue many runs, pipelined; each item is an args list, a kwargs dict or a value."""
+        return await TaskCall(self, CallOptions()).enqueue_many(items)
+
 
 @dataclass(frozen=True)
 class TaskCall:
@@ -182,3 +186,8 @@ class TaskCall:
 
     def delay(self, *args: Any, **kwargs: Any) -> TaskHandle:
         return self.task.app.portal.run(self.enqueue(*args, **kwargs))
+
+    async def enqueue_many(self, items: Iterable[Any]) -> list[TaskHandle]:
+        from taskq.bulk import enqueue_many
+
+        return await enqueue_many(self.task, items, self.opts)

@@ -1,0 +1,12 @@
+"""The app the benchmark's worker processes run: a no-op task."""
+
+from __future__ import annotations
+
+from taskq import App
+
+app = App()
+
+
+@app.task
+async def noop(n: int = 0) -> None:
+    return None

@@ -1,0 +1,341 @@
+"""taskq beside the raw nats-py floor, on one nats-server, in one run.
+
+    python -m bench.run [--runs 3] [--drain 20000] [--enqueue 5000] [--latency 1000] [--spark N]
+
+Starts its own nats-server (temporary store), measures each scenario for taskq and for a raw
+nats-py work-queue loop, takes the median of `--runs`, prints a table with the ratio, and
+writes bench/results/latest.json and latest.md. Absolute numbers on shared machines are noise;
+the ratios within one run are what count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import nats
+import psutil
+
+from taskq import App
+from taskq.server import EmbeddedServer
+from taskq.topology import queue_consumer, queue_stream
+from workers import Worker
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = Path(__file__).resolve().parent / "results"
+BODY = b"x" * 100
+
+
+@dataclass
+class Row:
+    metric: str
+    unit: str
+    taskq: float
+    raw: float
+    target: str
+    ratio: float = 0.0
+    ok: bool | None = None
+
+
+def ratio_ok(row: Row, higher_is_better: bool, bound: float) -> Row:
+    row.ratio = row.taskq / row.raw if row.raw else 0.0
+    row.ok = row.ratio >= bound if higher_is_better else row.ratio <= bound
+    return row
+
+
+def fresh_prefix() -> str:
+    return "b" + uuid.uuid4().hex[:8]
+
+
+# -- enqueue ------------------------------------------------------------------------------
+async def taskq_enqueue_one_by_one(url: str, n: int) -> float:
+    from bench.apps import noop
+
+    app = noop.app
+    app.configure(url=url, prefix=fresh_prefix())
+    await app.ensure_queue("default")
+    await noop.enqueue()  # warm: connection, validator
+    start = time.perf_counter()
+    for i in range(n):
+        await noop.enqueue(i)
+    took = time.perf_counter() - start
+    await app.aclose()
+    return n / took
+
+
+async def raw_enqueue_one_by_one(url: str, n: int) -> float:
+    nc, js, subject = await raw_stream(url)
+    start = time.perf_counter()
+    for _ in range(n):
+        await js.publish(subject, BODY)
+    took = time.perf_counter() - start
+    await nc.close()
+    return n / took
+
+
+async def taskq_enqueue_bulk(url: str, n: int) -> float:
+    from bench.apps import noop
+
+    app = noop.app
+    app.configure(url=url, prefix=fresh_prefix())
+    await app.ensure_queue("default")
+    await noop.enqueue()
+    start = time.perf_counter()
+    await noop.enqueue_many(range(n))
+    took = time.perf_counter() - start
+    await app.aclose()
+    return n / took
+
+
+async def raw_enqueue_bulk(url: str, n: int) -> float:
+    nc, js, subject = await raw_stream(url)
+    start = time.perf_counter()
+    for chunk in range(0, n, 2048):
+        futures = [await js.publish_async(subject, BODY) for _ in range(min(2048, n - chunk))]
+        await asyncio.gather(*futures)
+    took = time.perf_counter() - start
+    await nc.close()
+    return n / took
+
+
+async def raw_stream(url: str) -> tuple[Any, Any, str]:
+    prefix = fresh_prefix()
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    await js.add_stream(name=f"RAW_{prefix}", subjects=[f"{prefix}.>"], retention="workqueue")
+    return nc, js, f"{prefix}.job"
+
+
+# -- drain ----------------------------------------------------------------------------------
+async def fill_backlog(url: str, n: int) -> tuple[App, str]:
+    """A queue with `n` no-op tasks waiting, and its consumer created (taskq's config)."""
+    from bench.apps import noop
+
+    prefix = fresh_prefix()
+    app = App(url=url, prefix=prefix)
+    app.tasks["noop"] = noop
+    producer = noop.app
+    producer.configure(url=url, prefix=prefix)
+    await noop.enqueue_many(range(n))
+    await producer.aclose()
+    broker = await app.broker()
+    spec = queue_consumer(app.names, app.settings, "default", noop.ack_wait, noop.policy.attempts)
+    await broker.ensure_stream(queue_stream(app.names, app.settings, "default"))
+    await broker.ensure_consumer(spec)
+    return app, prefix
+
+
+async def drain(url: str, n: int, procs: int, raw: bool) -> tuple[float, list[float]]:
+    """Tasks/s for `procs` consumer processes to empty a backlog of `n`; and their RSS (MB)."""
+    app, prefix = await fill_backlog(url, n)
+    stream = app.names.queue_stream("default")
+    broker = await app.broker()
+    if raw:
+        cmd = [sys.executable, "-m", "bench.raw_consumer", url, stream, "default"]
+        marker = "ready"
+    else:
+        cmd = [sys.executable, "-m", "taskq", "--url", url, "--prefix", prefix, "worker",
+               "bench.apps:app"]
+        marker = "worker ready"
+    children = [spawn(cmd) for _ in range(procs)]
+    try:
+        await wait_marker(children, marker)
+        start = time.perf_counter()
+        while (await broker.stream_state(stream)).messages > 0:
+            await asyncio.sleep(0.01)
+        took = time.perf_counter() - start
+        rss = [psutil.Process(c.pid).memory_info().rss / 2**20 for c in children]
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
+        await app.aclose()
+    return n / took, rss
+
+
+def spawn(cmd: list[str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, stdin=subprocess.DEVNULL)
+
+
+async def wait_marker(children: list[subprocess.Popen[str]], marker: str) -> None:
+    for child in children:
+        assert child.stdout is not None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = await asyncio.to_thread(child.stdout.readline)
+            if marker in line:
+                break
+            if not line and child.poll() is not None:
+                raise RuntimeError(f"consumer exited: {child.returncode}")
+        # keep draining its output so a chatty worker never blocks on a full pipe
+        asyncio.get_running_loop().run_in_executor(None, child.stdout.read)
+
+
+# -- latency --------------------------------------------------------------------------------
+async def taskq_latency(url: str, n: int) -> list[float]:
+    app = App(url=url, prefix=fresh_prefix())
+    done: list[asyncio.Future[None]] = []
+
+    @app.task
+    async def ping() -> None:
+        done[-1].set_result(None)
+
+    samples: list[float] = []
+    with_worker = Worker(app, concurrency=16)
+    runner = asyncio.create_task(with_worker.run())
+    await with_worker.wait_ready()
+    for i in range(n + 20):
+        done.append(asyncio.get_running_loop().create_future())
+        start = time.perf_counter()
+        await ping.enqueue()
+        await done[-1]
+        if i >= 20:  # warm-up
+            samples.append(time.perf_counter() - start)
+    with_worker.stop()
+    await runner
+    await app.aclose()
+    return samples
+
+
+async def raw_latency(url: str, n: int) -> list[float]:
+    nc, js, subject = await raw_stream(url)
+    stream = f"RAW_{subject.split('.')[0]}"
+    await js.add_consumer(stream, durable_name="c", ack_policy="explicit")
+    sub = await js.pull_subscribe_bind(durable="c", stream=stream)
+    done: list[asyncio.Future[None]] = []
+
+    async def consume() -> None:
+        while True:
+            try:
+                msgs = await sub.fetch(16, timeout=1)
+            except nats.errors.TimeoutError:
+                continue
+            for msg in msgs:
+                done[-1].set_result(None)
+                await msg.ack()
+
+    consumer = asyncio.create_task(consume())
+    samples: list[float] = []
+    for i in range(n + 20):
+        done.append(asyncio.get_running_loop().create_future())
+        start = time.perf_counter()
+        await js.publish(subject, BODY)
+        await done[-1]
+        if i >= 20:
+            samples.append(time.perf_counter() - start)
+    consumer.cancel()
+    await nc.close()
+    return samples
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+# -- the run --------------------------------------------------------------------------------
+async def median_of(runs: int, measure: Callable[[], Awaitable[float]]) -> float:
+    return statistics.median([await measure() for _ in range(runs)])
+
+
+async def measure_all(url: str, args: argparse.Namespace) -> list[Row]:
+    r = args.runs
+    rows: list[Row] = []
+    rows.append(ratio_ok(Row("enqueue one-by-one", "tasks/s",
+                             await median_of(r, lambda: taskq_enqueue_one_by_one(url, args.enqueue)),
+                             await median_of(r, lambda: raw_enqueue_one_by_one(url, args.enqueue)),
+                             ">= 0.9"), True, 0.9))
+    rows.append(ratio_ok(Row("bulk enqueue", "tasks/s",
+                             await median_of(r, lambda: taskq_enqueue_bulk(url, args.drain)),
+                             await median_of(r, lambda: raw_enqueue_bulk(url, args.drain)),
+                             ">= 0.8"), True, 0.8))
+    drains: dict[tuple[int, bool], float] = {}
+    rss: list[float] = []
+    for procs in (1, 2):
+        for raw in (False, True):
+            values = []
+            for _ in range(r):
+                rate, mem = await drain(url, args.drain, procs, raw)
+                values.append(rate)
+                if not raw and procs == 1:
+                    rss += mem
+            drains[(procs, raw)] = statistics.median(values)
+    rows.append(ratio_ok(Row("drain, 1 worker process", "tasks/s", drains[(1, False)],
+                             drains[(1, True)], ">= 0.75"), True, 0.75))
+    rows.append(ratio_ok(Row("drain, 2 worker processes", "tasks/s", drains[(2, False)],
+                             drains[(2, True)], "(info)"), True, 0.0))
+    two = Row("2 processes / 1 process", "x", drains[(2, False)] / drains[(1, False)],
+              drains[(2, True)] / drains[(1, True)], "taskq >= 1.6")
+    two.ratio = two.taskq / two.raw
+    two.ok = two.taskq >= 1.6
+    rows.append(two)
+    t_lat = [await taskq_latency(url, args.latency) for _ in range(r)]
+    r_lat = [await raw_latency(url, args.latency) for _ in range(r)]
+    for q, name, bound in ((0.5, "latency p50", 1.3), (0.99, "latency p99", 0.0)):
+        t = statistics.median(percentile(s, q) for s in t_lat) * 1000
+        w = statistics.median(percentile(s, q) for s in r_lat) * 1000
+        row = Row(name, "ms", t, w, "<= 1.3x" if bound else "(info)")
+        row.ratio = t / w
+        row.ok = row.ratio <= bound if bound else None
+        rows.append(row)
+    if rss:
+        rows.append(Row("worker RSS after a drain", "MB", statistics.median(rss), 0, "(info)"))
+    return rows
+
+
+def render(rows: list[Row], meta: dict[str, Any]) -> str:
+    lines = [
+        f"taskq {meta['taskq']} · nats-server {meta['server']} · {meta['cpus']} cores · "
+        f"median of {meta['runs']} runs · {meta['date']}",
+        "",
+        "| metric | unit | taskq | raw nats-py | ratio | target | ok |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        ok = "" if row.ok is None else ("yes" if row.ok else "NO")
+        raw = f"{row.raw:,.2f}" if row.raw else "-"
+        ratio = f"{row.ratio:.2f}" if row.raw else "-"
+        lines.append(f"| {row.metric} | {row.unit} | {row.taskq:,.2f} | {raw} | {ratio} | "
+                     f"{row.target} | {ok} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--drain", type=int, default=20_000)
+    parser.add_argument("--enqueue", type=int, default=5_000)
+    parser.add_argument("--latency", type=int, default=1_000)
+    args = parser.parse_args()
+    import taskq
+
+    with EmbeddedServer(store_dir=tempfile.mkdtemp(prefix="taskq-bench-")) as server:
+        version = subprocess.run([server.command()[0], "--version"], capture_output=True,
+                                 text=True).stdout.strip()
+        rows = asyncio.run(measure_all(server.url, args))
+    meta = {"taskq": taskq.__version__, "server": version, "cpus": os.cpu_count(),
+            "runs": args.runs, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "args": vars(args)}
+    table = render(rows, meta)
+    print(table)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "latest.json").write_text(json.dumps(
+        {"meta": meta, "rows": [asdict(r) for r in rows]}, indent=2))
+    (RESULTS / "latest.md").write_text(table + "\n")
+
+
+if __name__ == "__main__":
+    main()
