@@ -36,6 +36,7 @@ class App:
 
     def __init__(self, url: str | None = None, prefix: str | None = None, **settings: Any) -> None:
         self.settings = Settings.load(url=url, prefix=prefix, **settings)
+        self._names = Names(self.settings.prefix)
         self.tasks: dict[str, Task[Any, Any]] = {}
         self._brokers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Broker] = (
             weakref.WeakKeyDictionary()
@@ -49,7 +50,10 @@ class App:
 
     @property
     def names(self) -> Names:
-        return Names(self.settings.prefix)
+        # cached per prefix: built on every publish otherwise (and validated each time)
+        if self._names.prefix != self.settings.prefix:
+            self._names = Names(self.settings.prefix)
+        return self._names
 
     def configure(self, **changes: Any) -> None:
         """Change settings (e.g. from CLI flags) before connecting."""

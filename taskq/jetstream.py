@@ -418,14 +418,21 @@ class Broker:
 
     async def publish_nowait(
         self, subject: str, body: bytes, headers: dict[str, str] | None = None
-    ) -> Awaitable[PubAck]:
-        """Send now, return an awaitable for the server's ack (pipelined publishing)."""
+    ) -> asyncio.Future[PubAck]:
+        """Send now; returns a future of the server's ack (pipelined publishing).
+
+        The future holds a PubAck or a taskq error; it is chained with a callback rather than
+        a wrapper task, which would cost a task per message.
+        """
         size = len(body) + sum(len(k) + len(v) + 4 for k, v in (headers or {}).items())
         if size > self.max_payload:
             raise PayloadTooLarge(size, self.max_payload)
         with translated():
-            future = await self._js.publish_async(subject, body, headers=headers, wait_stall=30)
-        return _pub_ack(future)
+            # no wait_stall: asyncio.wait_for with a timeout costs a task and a loop turn per call
+            inner = await self._js.publish_async(subject, body, headers=headers)
+        outer: asyncio.Future[PubAck] = asyncio.get_running_loop().create_future()
+        inner.add_done_callback(lambda done: _settle_ack(done, outer))
+        return outer
 
     async def publish_core(self, subject: str, body: bytes) -> None:
         """Fire-and-forget core NATS publish (for acks sent on a reply subject)."""
@@ -516,7 +523,16 @@ class Broker:
         return sub.unsubscribe
 
 
-async def _pub_ack(future: asyncio.Future[api.PubAck]) -> PubAck:
-    with translated():
-        ack = await future
-    return PubAck(ack.stream, ack.seq, bool(ack.duplicate))
+def _settle_ack(done: asyncio.Future[api.PubAck], outer: asyncio.Future[PubAck]) -> None:
+    if outer.done():
+        return
+    if done.cancelled():
+        outer.set_exception(TransientError("publish cancelled before the server acknowledged"))
+        return
+    try:
+        with translated():
+            ack = done.result()
+    except TaskqError as exc:
+        outer.set_exception(exc)
+        return
+    outer.set_result(PubAck(ack.stream, ack.seq, bool(ack.duplicate)))

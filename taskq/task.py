@@ -54,32 +54,75 @@ class ArgsValidator:
             else:
                 fields[key] = (annotation, param.default)
         self._model = create_model(f"{fn.__name__}_arguments", __config__=_MODEL_CONFIG, **fields)
+        kinds = {p.kind for p in params}
+        # "simple" signatures (no */**, no positional-only) bind without inspect, and every
+        # parameter can be passed by keyword: the hot path of enqueue and of the worker
+        self._simple = kinds <= {
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            inspect.Parameter.KEYWORD_ONLY,
+        }
+        self._positional = [
+            p.name for p in params if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+        ]
+        self._required = [p.name for p in params if p.default is inspect.Parameter.empty]
 
-    def _bind(self, args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]) -> Any:
-        try:
-            bound = self.signature.bind(*args, **kwargs)
-        except TypeError as exc:
-            raise ArgumentsError(self.task, str(exc)) from None
-        values = {self._alias[name]: value for name, value in bound.arguments.items()}
+    def _bind(
+        self, args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]
+    ) -> tuple[dict[str, Any], Any]:
+        """Map the call onto parameter names, then validate: (given arguments, model)."""
+        given = self._fast_bind(args, kwargs) if self._simple else self._slow_bind(args, kwargs)
+        values = {self._alias[name]: value for name, value in given.items()}
         try:
             model = self._model.model_validate(values)
         except ValidationError as exc:
-            errors: list[dict[str, Any]] = [dict(e) for e in exc.errors(include_url=False)]
             names = {v: k for k, v in self._alias.items()}
-            for error in errors:
+            errors: list[dict[str, Any]] = []
+            for error in exc.errors(include_url=False):
                 loc = list(error.get("loc", ()))
                 if loc and loc[0] in names:
                     loc[0] = names[loc[0]]
-                error["loc"] = tuple(loc)
+                errors.append({**error, "loc": tuple(loc)})
             raise ArgumentsError(self.task, errors) from None
-        return bound, model
+        return given, model
+
+    def _fast_bind(
+        self, args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]
+    ) -> dict[str, Any]:
+        """`Signature.bind` for signatures without */** or positional-only parameters."""
+        if len(args) > len(self._positional):
+            raise ArgumentsError(
+                self.task,
+                f"takes {len(self._positional)} positional argument(s) but {len(args)} were given",
+            )
+        given = dict(zip(self._positional, args, strict=False))
+        for name, value in kwargs.items():
+            if name not in self._alias:
+                raise ArgumentsError(self.task, f"got an unexpected keyword argument {name!r}")
+            if name in given:
+                raise ArgumentsError(self.task, f"got multiple values for argument {name!r}")
+            given[name] = value
+        for name in self._required:
+            if name not in given:
+                raise ArgumentsError(self.task, f"missing a required argument: {name!r}")
+        return given
+
+    def _slow_bind(
+        self, args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]
+    ) -> dict[str, Any]:
+        try:
+            return dict(self.signature.bind(*args, **kwargs).arguments)
+        except TypeError as exc:
+            raise ArgumentsError(self.task, str(exc)) from None
 
     def for_call(
         self, args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]
     ) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """Validated Python values, ready to call the function with."""
-        bound, model = self._bind(args, kwargs)
-        for name in bound.arguments:
+        given, model = self._bind(args, kwargs)
+        if self._simple:  # every parameter can be passed by keyword
+            return (), {name: getattr(model, self._alias[name]) for name in given}
+        bound = self.signature.bind_partial()
+        for name in given:
             bound.arguments[name] = getattr(model, self._alias[name])
         return bound.args, bound.kwargs
 
@@ -87,9 +130,15 @@ class ArgsValidator:
         self, args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]
     ) -> tuple[list[Any], dict[str, Any]]:
         """Validated JSON-ready values, in the caller's positional/keyword shape."""
-        bound, model = self._bind(args, kwargs)
+        given, model = self._bind(args, kwargs)
         dumped = model.model_dump(mode="json")
-        for name in bound.arguments:
+        if self._simple:
+            names = list(given)
+            values = [dumped[self._alias[name]] for name in names]
+            split = min(len(args), len(values))
+            return values[:split], dict(zip(names[split:], values[split:], strict=True))
+        bound = self.signature.bind_partial()
+        for name in given:
             bound.arguments[name] = dumped[self._alias[name]]
         return list(bound.args), dict(bound.kwargs)
 
