@@ -109,13 +109,20 @@ def make_record(
 
 
 async def publish_record(
-    broker: Broker, names: Names, record: DeadLetter, task: str | None = None
+    broker: Broker,
+    names: Names,
+    record: DeadLetter,
+    task: str | None = None,
+    raw: bytes | None = None,
 ) -> PubAck:
     """Store a record in the DLQ, acknowledged, deduplicated per (task id, original seq).
 
     The id includes the original stream sequence so the same task dying again after a
     requeue is a new record, not a duplicate swallowed by the dedup window.
     """
+    from dlq.oversize import fit  # imports this module: resolved at call time
+
+    record = await fit(broker, names, record, raw)
     task_name = task or record.task
     headers = {
         "Nats-Msg-Id": f"{record.id}.dead.{record.original_seq}",

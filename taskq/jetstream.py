@@ -502,6 +502,33 @@ class Broker:
             raise
         return True
 
+    # -- object store: payloads too large for one message ----------------------------------
+    async def put_blob(self, bucket: str, name: str, data: bytes, replicas: int = 1) -> None:
+        """Store `data` under `name` in an object-store bucket (created on first use)."""
+        with translated():
+            try:
+                store = await self._js.object_store(bucket)
+            except nats.js.errors.BucketNotFoundError:
+                store = await self._js.create_object_store(
+                    bucket, api.ObjectStoreConfig(replicas=replicas, storage=api.StorageType.FILE)
+                )
+            await store.put(name, data)
+
+    async def get_blob(self, bucket: str, name: str) -> bytes | None:
+        """The object's bytes, or None when the bucket or object does not exist."""
+        try:
+            with translated():
+                store = await self._js.object_store(bucket)
+                result = await store.get(name)
+        except (NotFound, BrokerError):
+            return None
+        return bytes(result.data or b"")
+
+    async def delete_blob(self, bucket: str, name: str) -> None:
+        with contextlib.suppress(NotFound, BrokerError), translated():
+            store = await self._js.object_store(bucket)
+            await store.delete(name)
+
     # -- dlq reads and bulk operations (issue 3) ------------------------------------------
 
     # -- key-value buckets: results and workflow state (issue 5) ----------------------------

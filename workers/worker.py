@@ -289,7 +289,7 @@ class Worker:
             original_seq=d.seq,
         )
         task_name = job.envelope.task if job.envelope else self._subject_task(d)
-        await publish_record(self._broker_or_fail(), self.app.names, record, task_name)
+        await publish_record(self._broker_or_fail(), self.app.names, record, task_name, d.data)
         await d.term(dead.reason)
 
     def _subject_task(self, d: Delivery) -> str:
