@@ -137,11 +137,12 @@ def worker(
     ctx: Context, app_spec: str, queues: tuple[str, ...], concurrency: int, grace: float
 ) -> None:
     """Run a worker for the tasks of MODULE:APP."""
+    from workers.logs import install
     from workers.serve import serve
 
     app = ctx.app(app_spec)
-    if logging.getLogger().level > logging.INFO:
-        logging.getLogger("taskq").setLevel(logging.INFO)
+    # a worker logs one line per settled task at INFO unless -vv asked for more
+    install(min(logging.INFO, logging.getLogger().level))
     run_async(serve(app, list(queues) or None, concurrency=concurrency, grace=grace))
 
 

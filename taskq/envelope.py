@@ -12,8 +12,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-
 from taskq.errors import DecodeError
 
 VERSION = 1
@@ -58,21 +56,13 @@ class Envelope:
         return parse_time(self.expires_at) <= (now or datetime.now(UTC))
 
 
-class _Wire(BaseModel):
-    """What a v1 body may hold; only `args`/`kwargs` are required from foreign producers."""
+# field -> accepted JSON types; only `args`/`kwargs` are required from foreign producers.
+# Checked by hand rather than by a pydantic model: this runs once per delivered message.
+_OPTIONAL_TEXT = ("id", "task", "enqueued_at", "expires_at", "eta")
 
-    model_config = ConfigDict(extra="ignore", strict=True)
 
-    v: int = VERSION
-    id: str | None = None
-    task: str | None = None
-    args: list[Any] = []
-    kwargs: dict[str, Any] = {}
-    enqueued_at: str | None = None
-    expires_at: str | None = None
-    eta: str | None = None
-    flow: dict[str, Any] | None = None
-    meta: dict[str, Any] = {}
+def _field_error(name: str, expected: str, value: Any) -> DecodeError:
+    return DecodeError(f"{name}: expected {expected}, got {type(value).__name__}")
 
 
 def decode(
@@ -93,34 +83,45 @@ def decode(
         raise DecodeError(f"body is not JSON: {str(exc)[:200]}") from None
     if not isinstance(raw, dict):
         raise DecodeError(f"body is JSON {type(raw).__name__}, not an object")
-    try:
-        wire = _Wire.model_validate(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "body"
-        raise DecodeError(f"{where}: {first['msg']}") from None
-    if wire.v != VERSION:
-        raise DecodeError(f"unsupported wire format version {wire.v} (this taskq reads {VERSION})")
+    version = raw.get("v", VERSION)
+    if type(version) is not int:
+        raise _field_error("v", "an integer", version)
+    if version != VERSION:
+        raise DecodeError(f"unsupported wire format version {version} (this taskq reads {VERSION})")
+    args = raw.get("args", [])
+    kwargs = raw.get("kwargs", {})
+    if not isinstance(args, list):
+        raise _field_error("args", "an array", args)
+    if not isinstance(kwargs, dict):
+        raise _field_error("kwargs", "an object", kwargs)
+    for name in _OPTIONAL_TEXT:
+        value = raw.get(name)
+        if value is not None and not isinstance(value, str):
+            raise _field_error(name, "a string", value)
+    for name in ("flow", "meta"):
+        value = raw.get(name)
+        if value is not None and not isinstance(value, dict):
+            raise _field_error(name, "an object", value)
     for name in ("enqueued_at", "expires_at", "eta"):
-        value = getattr(wire, name)
+        value = raw.get(name)
         if value is not None:
             try:
                 parse_time(value)
             except ValueError:
                 raise DecodeError(f"{name}: not an RFC 3339 time: {value[:64]!r}") from None
-    task = wire.task or subject_task
+    task = raw.get("task") or subject_task
     if not task:
         raise DecodeError("no task name in the body or the subject")
     return Envelope(
-        id=wire.id or msg_id or str(seq),
+        id=raw.get("id") or msg_id or str(seq),
         task=task,
-        args=wire.args,
-        kwargs=wire.kwargs,
-        enqueued_at=wire.enqueued_at,
-        expires_at=wire.expires_at,
-        eta=wire.eta,
-        flow=wire.flow,
-        meta=wire.meta,
+        args=args,
+        kwargs=kwargs,
+        enqueued_at=raw.get("enqueued_at"),
+        expires_at=raw.get("expires_at"),
+        eta=raw.get("eta"),
+        flow=raw.get("flow"),
+        meta=raw.get("meta") or {},
     )
 
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import ssl
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -21,7 +22,7 @@ import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.js import JetStreamContext, api
+from nats.js import api
 
 from taskq.errors import (
     BrokerError,
@@ -206,26 +207,83 @@ class Delivery:
 
 
 class Puller:
-    """A bound pull subscription on a shared durable consumer."""
+    """Pull requests on one inbox for a shared durable consumer (the ADR-37 pull protocol).
 
-    def __init__(self, sub: JetStreamContext.PullSubscription, client: Client) -> None:
-        self._sub = sub
+    `stream(n, expires)` sends one lingering request for exactly `n` messages and yields each
+    delivery the moment it arrives, so a worker starts a task without waiting for a batch to
+    fill; the request ends when `n` arrived, or with the server's 408 at expiry. Unlike
+    nats-py's `fetch` there is no `no_wait` probe round trip and no task per message.
+    """
+
+    def __init__(self, client: Client, stream: str, durable: str) -> None:
         self._client = client
+        self._next = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}"
+        self._inbox = client.new_inbox()
+        self._queue: asyncio.Queue[Msg] = asyncio.Queue()
+        self._sub: Any = None
+
+    async def open(self) -> Puller:
+        with translated():
+            self._sub = await self._client.subscribe(self._inbox, cb=self._queue.put)
+        return self
+
+    async def stream(self, batch: int, expires: float) -> AsyncIterator[Delivery]:
+        """Yield up to `batch` deliveries as they arrive, for at most `expires` seconds."""
+        request = json.dumps({"batch": batch, "expires": int(expires * 1e9)}).encode()
+        with translated():
+            await self._client.publish(self._next, request, reply=self._inbox)
+        loop = asyncio.get_running_loop()
+        # the server answers 408 at expiry; past this client deadline the request is lost
+        deadline = loop.time() + expires + 1.0
+        remaining = batch
+        while remaining > 0:
+            msg = await self._get(deadline)
+            if msg is None:
+                return
+            status = msg.headers.get("Status") if msg.headers else None
+            if status is None:
+                remaining -= 1
+                yield Delivery(msg, self._client)
+            elif status != "100" and _request_over(status, msg):  # 100: idle heartbeat
+                return
+
+    async def _get(self, deadline: float) -> Msg | None:
+        if not self._queue.empty():
+            return self._queue.get_nowait()
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await self._queue.get()
+        except TimeoutError:
+            return None
 
     async def fetch(self, batch: int, timeout: float) -> list[Delivery]:
-        """Up to `batch` deliveries; an empty list when none arrived within `timeout`."""
-        try:
-            with translated():
-                msgs = await self._sub.fetch(batch, timeout=timeout)
-        except TransientError as exc:
-            if str(exc) == "NATS request timed out":
-                return []
-            raise
-        return [Delivery(m, self._client) for m in msgs]
+        """Up to `batch` deliveries within `timeout` (all at once, for batch readers)."""
+        return [d async for d in self.stream(batch, timeout)]
 
     async def close(self) -> None:
+        """Stop listening; deliveries that arrived unprocessed go back at once (NAK)."""
         with contextlib.suppress(Exception):
-            await self._sub.unsubscribe()
+            if self._sub is not None:
+                await self._sub.unsubscribe()
+        while not self._queue.empty():
+            msg = self._queue.get_nowait()
+            if not (msg.headers and msg.headers.get("Status")):
+                with contextlib.suppress(Exception):
+                    await msg.nak()
+
+
+def _request_over(status: str, msg: Msg) -> bool:
+    """True when a status ends the pull request; raises for a consumer that is gone."""
+    description = (msg.headers or {}).get("Description", "")
+    if status in ("404", "408"):  # no messages / request expired
+        return True
+    if status == "409":
+        if "deleted" in description.lower():
+            raise NotFound(f"consumer deleted: {description}", None, 409)
+        return True  # leadership change, max waiting exceeded...: ask again
+    if status == "503":
+        raise TransientError(f"JetStream unavailable: {description}", None, 503)
+    raise BrokerError(f"pull request failed: {status} {description}", None, int(status))
 
 
 def _tls_context(settings: Settings) -> ssl.SSLContext | None:
@@ -445,9 +503,8 @@ class Broker:
         return bytes(msg.data)
 
     async def pull(self, stream: str, durable: str) -> Puller:
-        with translated():
-            sub = await self._js.pull_subscribe_bind(durable=durable, stream=stream)
-        return Puller(sub, self._nc)
+        """A puller for an existing durable consumer (NotFound is raised on first use)."""
+        return await Puller(self._nc, stream, durable).open()
 
     async def get_msg(self, stream: str, seq: int) -> StoredMessage | None:
         """Read one message by sequence; None when it is gone."""

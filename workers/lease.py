@@ -1,8 +1,10 @@
-"""Keeping a running task's lease: in-progress acks so long tasks are never redelivered.
+"""Keeping running tasks' leases: in-progress acks so long tasks are never redelivered.
 
 `in_progress()` resets the server's ack timer (DESIGN §3); sending it every ack_wait/3
-leaves two chances to spare. The keeper is stopped when the task stops, which its
-`timeout` bounds, so a stuck task's lease is not extended forever.
+leaves two chances to spare. One ticker per worker serves every running delivery, so a
+short task costs a dict insert and delete, not a timer task of its own. A lease is held
+only while its attempt runs, which the task's `timeout` bounds, so a stuck task's lease is
+not extended forever.
 """
 
 from __future__ import annotations
@@ -10,30 +12,55 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+import time
+from collections.abc import Iterator
 
 from taskq.errors import TaskqError
 from taskq.jetstream import Delivery
 
 log = logging.getLogger("taskq.worker")
 
+MAX_TICK = 0.25  # seconds between checks, at most
 
-async def _keep(delivery: Delivery, interval: float) -> None:
-    while True:
-        await asyncio.sleep(interval)
+
+class Leases:
+    """The worker's set of held leases and the ticker that extends them."""
+
+    def __init__(self) -> None:
+        self._held: dict[Delivery, list[float]] = {}  # delivery -> [next beat, interval]
+        self._ticker: asyncio.Task[None] | None = None
+
+    @contextlib.contextmanager
+    def hold(self, delivery: Delivery, ack_wait: float) -> Iterator[None]:
+        """Extend `delivery`'s lease every ack_wait/3 while the block runs."""
+        interval = max(ack_wait / 3.0, 0.05)
+        self._held[delivery] = [time.monotonic() + interval, interval]
+        if self._ticker is None or self._ticker.done():
+            self._ticker = asyncio.create_task(self._tick())
+        try:
+            yield
+        finally:
+            self._held.pop(delivery, None)
+
+    async def _tick(self) -> None:
+        while self._held:
+            smallest = min(entry[1] for entry in self._held.values())
+            await asyncio.sleep(min(MAX_TICK, smallest / 2))
+            now = time.monotonic()
+            for delivery, entry in list(self._held.items()):
+                if now >= entry[0]:
+                    entry[0] = now + entry[1]
+                    await self._beat(delivery)
+
+    @staticmethod
+    async def _beat(delivery: Delivery) -> None:
         try:
             await delivery.in_progress()
         except TaskqError as exc:  # a missed beat is survivable; the next one may pass
             log.debug("lease extension failed for seq %s: %s", delivery.seq, exc)
 
-
-@contextlib.asynccontextmanager
-async def leased(delivery: Delivery, ack_wait: float) -> AsyncIterator[None]:
-    """Extend `delivery`'s lease every ack_wait/3 while the block runs."""
-    keeper = asyncio.create_task(_keep(delivery, max(ack_wait / 3.0, 0.05)))
-    try:
-        yield
-    finally:
-        keeper.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await keeper
+    async def close(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker

@@ -13,6 +13,7 @@ import os
 import signal
 
 from taskq.app import App
+from workers.logs import BufferedStreamHandler
 from workers.worker import Worker
 
 log = logging.getLogger("taskq.worker")
@@ -23,6 +24,11 @@ async def serve(
 ) -> None:
     worker = Worker(app, queues, concurrency=concurrency, grace=grace)
     loop = asyncio.get_running_loop()
+    handler = next(
+        (h for h in logging.getLogger("taskq").handlers if isinstance(h, BufferedStreamHandler)),
+        None,
+    )
+    flusher = asyncio.create_task(_flush_every(handler)) if handler else None
     signals = {"count": 0}
 
     def on_signal(signum: int) -> None:
@@ -40,4 +46,15 @@ async def serve(
     try:
         await worker.run()
     finally:
+        if flusher is not None:
+            flusher.cancel()
         await app.aclose()
+        if handler is not None:
+            handler.flush_now()
+
+
+async def _flush_every(handler: BufferedStreamHandler | None, interval: float = 0.5) -> None:
+    """Flush buffered log lines of a quiet worker, so none wait for the next task."""
+    while handler is not None:
+        await asyncio.sleep(interval)
+        handler.flush_now()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 
 class Slots:
@@ -15,11 +16,22 @@ class Slots:
         self.free = size
         self._changed = asyncio.Event()
 
-    async def reserve(self, most: int) -> int:
-        """Wait for at least one free slot, then take up to `most` of them."""
+    async def reserve(self, most: int, gather: float = 0.005) -> int:
+        """Wait for at least one free slot, then take up to `most` of them.
+
+        While tasks are running and fewer than half the slots are free, wait up to `gather`
+        seconds for more to free up: short tasks finish in bursts, and fetching one message
+        per finished task would cost a server round trip per message.
+        """
         while self.free <= 0:
             self._changed.clear()
             await self._changed.wait()
+        if self.busy and self.free < self.size // 2:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(gather):
+                    while self.free < self.size // 2:
+                        self._changed.clear()
+                        await self._changed.wait()
         taken = min(self.free, most)
         self.free -= taken
         return taken

@@ -34,7 +34,7 @@ from taskq.policy import Ack, Dead, Decision, Failure, Nak, Outcome, decide
 from taskq.retrying import retry_transient
 from taskq.task import Task
 from workers.execute import run_attempt
-from workers.lease import leased
+from workers.lease import Leases
 from workers.setup import QueueSetup, prepare
 from workers.slots import Slots
 
@@ -80,6 +80,7 @@ class Worker:
         self._running: set[asyncio.Task[None]] = set()
         self._threads = ThreadPoolExecutor(concurrency, thread_name_prefix="taskq-task")
         self._setups: dict[str, QueueSetup] = {}
+        self._leases = Leases()
         self._broker: Broker | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -123,6 +124,7 @@ class Worker:
             self._slots.wake()
             await asyncio.gather(*loops, return_exceptions=True)
             await self._finish_running()
+            await self._leases.close()
             with contextlib.suppress(TaskqError):
                 await broker.flush()
             self._threads.shutdown(wait=False, cancel_futures=True)
@@ -149,14 +151,14 @@ class Worker:
             try:
                 if puller is None:
                     puller = await self._broker_or_fail().pull(setup.stream, setup.durable)
-                batch = await puller.fetch(taken, timeout=self.fetch_timeout)
+                # each delivery starts the moment it arrives, on a slot reserved for it
+                async for delivery in puller.stream(taken, self.fetch_timeout):
+                    taken -= 1
+                    self._start(queue, delivery)
             except (TransientError, BrokerError) as exc:
-                self._slots.release(taken)
                 puller = await self._recover(queue, puller, exc)
-                continue
-            self._slots.release(taken - len(batch))
-            for delivery in batch:
-                self._start(queue, delivery)
+            finally:
+                self._slots.release(taken)
         if puller is not None:
             await puller.close()
 
@@ -231,7 +233,7 @@ class Worker:
         except ArgumentsError as exc:
             return Dead("permanent", str(exc)), Failure(exc)
         job.started = time.monotonic()
-        async with leased(d, self._setups[job.queue].ack_wait):
+        with self._leases.hold(d, self._setups[job.queue].ack_wait):
             outcome = await run_attempt(task, args, kwargs, self._threads)
         return decide(task.policy, d.num_delivered, outcome), outcome
 
@@ -297,6 +299,8 @@ class Worker:
         return parsed[1] if parsed else "_unknown"
 
     def _log(self, job: _Job, decision: Decision, outcome: Outcome | None) -> None:
+        if not log.isEnabledFor(logging.INFO if isinstance(decision, Ack) else logging.WARNING):
+            return
         name = job.envelope.task if job.envelope else "?"
         tid = job.envelope.id if job.envelope else f"seq {job.delivery.seq}"
         took = time.monotonic() - job.started if job.started else 0.0
