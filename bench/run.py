@@ -146,8 +146,17 @@ async def drain(url: str, n: int, procs: int, raw: bool) -> tuple[float, list[fl
         cmd = [sys.executable, "-m", "bench.raw_consumer", url, stream, "default"]
         marker = "ready"
     else:
-        cmd = [sys.executable, "-m", "taskq", "--url", url, "--prefix", prefix, "worker",
-               "bench.apps:app"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "taskq",
+            "--url",
+            url,
+            "--prefix",
+            prefix,
+            "worker",
+            "bench.apps:app",
+        ]
         marker = "worker ready"
     children = [spawn(cmd) for _ in range(procs)]
     try:
@@ -166,8 +175,14 @@ async def drain(url: str, n: int, procs: int, raw: bool) -> tuple[float, list[fl
 
 
 def spawn(cmd: list[str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, stdin=subprocess.DEVNULL)
+    return subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 async def wait_marker(children: list[subprocess.Popen[str]], marker: str) -> None:
@@ -254,14 +269,32 @@ async def median_of(runs: int, measure: Callable[[], Awaitable[float]]) -> float
 async def measure_all(url: str, args: argparse.Namespace) -> list[Row]:
     r = args.runs
     rows: list[Row] = []
-    rows.append(ratio_ok(Row("enqueue one-by-one", "tasks/s",
-                             await median_of(r, lambda: taskq_enqueue_one_by_one(url, args.enqueue)),
-                             await median_of(r, lambda: raw_enqueue_one_by_one(url, args.enqueue)),
-                             ">= 0.9"), True, 0.9))
-    rows.append(ratio_ok(Row("bulk enqueue", "tasks/s",
-                             await median_of(r, lambda: taskq_enqueue_bulk(url, args.drain)),
-                             await median_of(r, lambda: raw_enqueue_bulk(url, args.drain)),
-                             ">= 0.8"), True, 0.8))
+    rows.append(
+        ratio_ok(
+            Row(
+                "enqueue one-by-one",
+                "tasks/s",
+                await median_of(r, lambda: taskq_enqueue_one_by_one(url, args.enqueue)),
+                await median_of(r, lambda: raw_enqueue_one_by_one(url, args.enqueue)),
+                ">= 0.9",
+            ),
+            True,
+            0.9,
+        )
+    )
+    rows.append(
+        ratio_ok(
+            Row(
+                "bulk enqueue",
+                "tasks/s",
+                await median_of(r, lambda: taskq_enqueue_bulk(url, args.drain)),
+                await median_of(r, lambda: raw_enqueue_bulk(url, args.drain)),
+                ">= 0.8",
+            ),
+            True,
+            0.8,
+        )
+    )
     drains: dict[tuple[int, bool], float] = {}
     rss: list[float] = []
     for procs in (1, 2):
@@ -273,12 +306,39 @@ async def measure_all(url: str, args: argparse.Namespace) -> list[Row]:
                 if not raw and procs == 1:
                     rss += mem
             drains[(procs, raw)] = statistics.median(values)
-    rows.append(ratio_ok(Row("drain, 1 worker process", "tasks/s", drains[(1, False)],
-                             drains[(1, True)], ">= 0.75"), True, 0.75))
-    rows.append(ratio_ok(Row("drain, 2 worker processes", "tasks/s", drains[(2, False)],
-                             drains[(2, True)], "(info)"), True, 0.0))
-    two = Row("2 processes / 1 process", "x", drains[(2, False)] / drains[(1, False)],
-              drains[(2, True)] / drains[(1, True)], "taskq >= 1.6")
+    rows.append(
+        ratio_ok(
+            Row(
+                "drain, 1 worker process",
+                "tasks/s",
+                drains[(1, False)],
+                drains[(1, True)],
+                ">= 0.75",
+            ),
+            True,
+            0.75,
+        )
+    )
+    rows.append(
+        ratio_ok(
+            Row(
+                "drain, 2 worker processes",
+                "tasks/s",
+                drains[(2, False)],
+                drains[(2, True)],
+                "(info)",
+            ),
+            True,
+            0.0,
+        )
+    )
+    two = Row(
+        "2 processes / 1 process",
+        "x",
+        drains[(2, False)] / drains[(1, False)],
+        drains[(2, True)] / drains[(1, True)],
+        "taskq >= 1.6",
+    )
     two.ratio = two.taskq / two.raw
     two.ok = two.taskq >= 1.6
     rows.append(two)
@@ -308,8 +368,10 @@ def render(rows: list[Row], meta: dict[str, Any]) -> str:
         ok = "" if row.ok is None else ("yes" if row.ok else "NO")
         raw = f"{row.raw:,.2f}" if row.raw else "-"
         ratio = f"{row.ratio:.2f}" if row.raw else "-"
-        lines.append(f"| {row.metric} | {row.unit} | {row.taskq:,.2f} | {raw} | {ratio} | "
-                     f"{row.target} | {ok} |")
+        lines.append(
+            f"| {row.metric} | {row.unit} | {row.taskq:,.2f} | {raw} | {ratio} | "
+            f"{row.target} | {ok} |"
+        )
     return "\n".join(lines)
 
 
@@ -323,17 +385,24 @@ def main() -> None:
     import taskq
 
     with EmbeddedServer(store_dir=tempfile.mkdtemp(prefix="taskq-bench-")) as server:
-        version = subprocess.run([server.command()[0], "--version"], capture_output=True,
-                                 text=True).stdout.strip()
+        version = subprocess.run(
+            [server.command()[0], "--version"], capture_output=True, text=True
+        ).stdout.strip()
         rows = asyncio.run(measure_all(server.url, args))
-    meta = {"taskq": taskq.__version__, "server": version, "cpus": os.cpu_count(),
-            "runs": args.runs, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "args": vars(args)}
+    meta = {
+        "taskq": taskq.__version__,
+        "server": version,
+        "cpus": os.cpu_count(),
+        "runs": args.runs,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "args": vars(args),
+    }
     table = render(rows, meta)
     print(table)
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "latest.json").write_text(json.dumps(
-        {"meta": meta, "rows": [asdict(r) for r in rows]}, indent=2))
+    (RESULTS / "latest.json").write_text(
+        json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=2)
+    )
     (RESULTS / "latest.md").write_text(table + "\n")
 
 

@@ -132,17 +132,28 @@ def server(port: int, host: str, store_dir: str, config: str | None) -> None:
     show_default=True,
     help="seconds running tasks get to finish on SIGTERM",
 )
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default="info",
+    show_default=True,
+    help="info: one line per settled task; warning: retries and dead letters only",
+)
 @pass_ctx
 def worker(
-    ctx: Context, app_spec: str, queues: tuple[str, ...], concurrency: int, grace: float
+    ctx: Context,
+    app_spec: str,
+    queues: tuple[str, ...],
+    concurrency: int,
+    grace: float,
+    log_level: str,
 ) -> None:
     """Run a worker for the tasks of MODULE:APP."""
     from workers.logs import install
     from workers.serve import serve
 
     app = ctx.app(app_spec)
-    # a worker logs one line per settled task at INFO unless -vv asked for more
-    install(min(logging.INFO, logging.getLogger().level))
+    install(min(getattr(logging, log_level.upper()), logging.getLogger().level))  # -vv: debug
     run_async(serve(app, list(queues) or None, concurrency=concurrency, grace=grace))
 
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic_core import to_json
+
 from taskq.errors import DecodeError
 
 VERSION = 1
@@ -48,7 +50,8 @@ class Envelope:
         }
 
     def encode(self) -> bytes:
-        return json.dumps(self.to_dict(), separators=(",", ":"), ensure_ascii=False).encode()
+        # pydantic-core's serializer: the same compact UTF-8 JSON, several times faster
+        return to_json(self.to_dict())
 
     def expired(self, now: datetime | None = None) -> bool:
         if not self.expires_at:

@@ -25,6 +25,17 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 _MODEL_CONFIG = ConfigDict(arbitrary_types_allowed=True, populate_by_name=False)
+_JSON_SCALARS = (int, float, str, bool)
+
+
+class _Defaults:
+    """Membership test for defaults that are themselves JSON scalars (or no default)."""
+
+    def __contains__(self, value: object) -> bool:
+        return value is inspect.Parameter.empty or value is None or type(value) in _JSON_SCALARS
+
+
+_JSON_DEFAULTS = _Defaults()
 
 
 class ArgsValidator:
@@ -65,6 +76,11 @@ class ArgsValidator:
             p.name for p in params if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
         ]
         self._required = [p.name for p in params if p.default is inspect.Parameter.empty]
+        # parameters whose validated values are already JSON: no serializing pass needed
+        self._json_native = all(
+            hints.get(p.name, Any) in _JSON_SCALARS and p.default in _JSON_DEFAULTS
+            for p in params
+        )
 
     def _bind(
         self, args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]
@@ -131,7 +147,7 @@ class ArgsValidator:
     ) -> tuple[list[Any], dict[str, Any]]:
         """Validated JSON-ready values, in the caller's positional/keyword shape."""
         given, model = self._bind(args, kwargs)
-        dumped = model.model_dump(mode="json")
+        dumped = model.__dict__ if self._json_native else model.model_dump(mode="json")
         if self._simple:
             names = list(given)
             values = [dumped[self._alias[name]] for name in names]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import io
 import logging
 import sys
 import time
@@ -42,9 +43,28 @@ class BufferedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
             self.release()
 
 
+def buffered_stderr() -> TextIO:
+    """A buffered text stream on stderr's file descriptor.
+
+    `sys.stderr` itself is write-through when PYTHONUNBUFFERED is set (common in
+    containers), which would turn every log line into a system call again.
+    """
+    try:
+        fd = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # stderr replaced by something file-less
+        return sys.stderr
+    raw = io.FileIO(fd, "w", closefd=False)
+    return io.TextIOWrapper(
+        io.BufferedWriter(raw, 1 << 16),
+        encoding=getattr(sys.stderr, "encoding", None) or "utf-8",
+        errors="backslashreplace",
+        write_through=False,
+    )
+
+
 def install(level: int = logging.INFO) -> BufferedStreamHandler:
     """Route the `taskq` logger to a buffered stderr handler at `level`."""
-    handler = BufferedStreamHandler()
+    handler = BufferedStreamHandler(buffered_stderr())
     handler.setFormatter(logging.Formatter(FORMAT))
     logger = logging.getLogger("taskq")
     logger.handlers = [handler]
