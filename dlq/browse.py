@@ -1,27 +1,95 @@
-"""Reading the dead-letter stream: list and fetch records without consuming them."""
+"""Reading the dead-letter stream: list, filter and fetch records without consuming them."""
 
 from __future__ import annotations
 
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from pydantic import ValidationError
+
 from dlq.record import DeadLetter
 from taskq.app import App
+from taskq.envelope import parse_time
+from taskq.errors import NotFound
 from taskq.jetstream import StoredMessage
+from taskq.names import Names
+
+log = logging.getLogger("taskq.dlq")
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Which dead letters an operation applies to; empty means all."""
+
+    queue: str | None = None
+    task: str | None = None
+    reason: str | None = None
+    since: float | None = None  # seconds: only records that failed within this window
+
+    @property
+    def empty(self) -> bool:
+        return not (self.queue or self.task or self.reason or self.since)
+
+    def subject(self, names: Names) -> str:
+        """The narrowest subject filter: queue and task are subject tokens."""
+        queue = self.queue or "*"
+        return names.dlq_subject(queue, self.task) if self.task else f"{names.prefix}.dlq.{queue}.>"
+
+    def accepts(self, record: DeadLetter, now: float) -> bool:
+        if self.reason and record.reason != self.reason:
+            return False
+        if self.since is not None:
+            return parse_time(record.failed_at).timestamp() >= now - self.since
+        return True
 
 
 def parse(stored: StoredMessage) -> DeadLetter:
+    """The record in a stored DLQ message (its `seq` filled in)."""
     record = DeadLetter.model_validate_json(stored.data)
     return record.model_copy(update={"seq": stored.seq})
 
 
-async def list_dead(app: App, limit: int | None = None) -> list[DeadLetter]:
-    """Dead letters in the DLQ stream, oldest first (direct gets: nothing is consumed)."""
+async def iter_dead(app: App, filters: Filters | None = None) -> AsyncIterator[DeadLetter]:
+    """Matching dead letters, oldest first. Unreadable messages are skipped with a warning."""
+    filters = filters or Filters()
     broker = await app.broker()
-    stream = app.names.dlq_stream
-    records: list[DeadLetter] = []
-    seq = 1
-    while limit is None or len(records) < limit:
-        stored = await broker.next_msg(stream, seq)
-        if stored is None:
-            break
-        records.append(parse(stored))
-        seq = stored.seq + 1
-    return records
+    now = time.time()
+    reader = broker.read_stream(app.names.dlq_stream, filters.subject(app.names))
+    try:
+        async for stored in reader:
+            try:
+                record = parse(stored)
+            except ValidationError as exc:
+                log.warning("DLQ message %d is not a dead-letter record: %s", stored.seq, exc)
+                continue
+            if filters.accepts(record, now):
+                yield record
+    except NotFound:  # no DLQ stream yet: nothing has ever died
+        return
+
+
+async def list_dead(
+    app: App, filters: Filters | None = None, limit: int | None = None, newest_first: bool = False
+) -> list[DeadLetter]:
+    """Matching dead letters as a list (oldest first unless `newest_first`)."""
+    records = [r async for r in iter_dead(app, filters)]
+    if newest_first:
+        records.reverse()
+    return records[:limit] if limit is not None else records
+
+
+async def get_dead(app: App, ref: str) -> DeadLetter | None:
+    """A dead letter by DLQ sequence number (digits) or by task id."""
+    broker = await app.broker()
+    if ref.isdigit():
+        try:
+            stored = await broker.get_msg(app.names.dlq_stream, int(ref))
+        except NotFound:
+            return None
+        return parse(stored) if stored is not None else None
+    async for record in iter_dead(app):
+        if record.id == ref:
+            return record
+    return None

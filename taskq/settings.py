@@ -57,6 +57,8 @@ class Settings(BaseModel):
     results_ttl: float = Field(default=86400.0, gt=0)
     # consumer backstop: the server stops redelivering after this many deliveries
     max_deliver_floor: int = Field(default=20, ge=2)
+    # an explicit backstop replaces the computed one (the sweeper dead-letters what hits it)
+    max_deliver: int | None = Field(default=None, ge=1)
     max_ack_pending: int = Field(default=20_000, ge=1)
     spark_master: str = "local[*]"
     spark_conf: dict[str, str] = Field(default_factory=dict)

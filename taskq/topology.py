@@ -72,7 +72,7 @@ def queue_consumer(
         durable=names.consumer(queue),
         filter_subject=names.queue_filter(queue),
         ack_wait=ack_wait,
-        max_deliver=max(settings.max_deliver_floor, attempts + 1),
+        max_deliver=settings.max_deliver or max(settings.max_deliver_floor, attempts + 1),
         max_ack_pending=settings.max_ack_pending,
     )
 

@@ -17,6 +17,8 @@ import time
 from typing import TextIO
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+BUFFERED = "taskq_buffered"  # LogRecord attribute: this line may wait for the next flush
+MAY_WAIT = {BUFFERED: True}  # `extra=` for such lines
 
 
 class BufferedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
@@ -28,9 +30,15 @@ class BufferedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
         self._flushed = time.monotonic()
         atexit.register(self.flush_now)
 
+    def emit(self, record: logging.LogRecord) -> None:
+        # only the per-task success lines wait; anything else (start-up, retries, dead
+        # letters, errors) is written at once, so a crash never hides it
+        self._urgent = not getattr(record, BUFFERED, False)
+        super().emit(record)
+
     def flush(self) -> None:
         now = time.monotonic()
-        if now - self._flushed >= self.interval:
+        if getattr(self, "_urgent", True) or now - self._flushed >= self.interval:
             self.flush_now(now)
 
     def flush_now(self, now: float | None = None) -> None:

@@ -35,6 +35,7 @@ from taskq.retrying import retry_transient
 from taskq.task import Task
 from workers.execute import run_attempt
 from workers.lease import Leases
+from workers.logs import MAY_WAIT
 from workers.setup import QueueSetup, prepare
 from workers.slots import Slots
 
@@ -307,7 +308,7 @@ class Worker:
         attempts = job.task.policy.attempts if job.task else 0
         head = f"{name}[{tid}] attempt {job.delivery.num_delivered}/{attempts or '?'}"
         if isinstance(decision, Ack):
-            log.info("succeeded %s in %.3fs", head, took)
+            log.info("succeeded %s in %.3fs", head, took, extra=MAY_WAIT)
         elif isinstance(decision, Nak):
             error = outcome.error if isinstance(outcome, Failure) else None
             log.warning("retry %s in %.1fs: %r", head, decision.delay, error)

@@ -1,0 +1,285 @@
+"""`taskq dlq ...`: inspect, requeue, purge, export and import dead letters."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from dlq.browse import Filters, get_dead, list_dead
+from dlq.record import REASONS, DeadLetter
+from taskq.app import App
+from taskq.cli import Context, pass_ctx, run_async
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(_ctx: Any, _param: Any, value: str | None) -> float | None:
+    if value is None:
+        return None
+    match = _DURATION.match(value.strip())
+    if not match:
+        raise click.BadParameter(f"{value!r} is not a duration like 30s, 15m, 2h or 7d")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+def filter_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """--queue/--task/--reason/--since, shared by every command that selects records."""
+    fn = click.option(
+        "--since",
+        callback=parse_duration,
+        metavar="DURATION",
+        help="failed within this long ago: 30s, 15m, 2h, 7d",
+    )(fn)
+    fn = click.option("--reason", type=click.Choice(REASONS))(fn)
+    fn = click.option("--task", help="task name")(fn)
+    return click.option("--queue", help="queue name")(fn)
+
+
+def make_filters(
+    queue: str | None, task: str | None, reason: str | None, since: float | None
+) -> Filters:
+    return Filters(queue=queue, task=task, reason=reason, since=since)
+
+
+def summary(record: DeadLetter) -> dict[str, Any]:
+    """The `ls --json` object: a stable schema for scripts."""
+    return {
+        "id": record.id,
+        "seq": record.seq,
+        "task": record.task,
+        "queue": record.queue,
+        "reason": record.reason,
+        "attempts": record.attempts,
+        "error": {"type": record.error.type, "message": record.error.message},
+        "failed_at": record.failed_at,
+        "worker": record.worker,
+        "original_seq": record.original_seq,
+    }
+
+
+@click.group()
+def dlq() -> None:
+    """Dead letters: every task that could not succeed, with its reason and traceback."""
+
+
+@dlq.command("ls")
+@filter_options
+@click.option("--limit", type=click.IntRange(1), default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="an array of objects, for scripts")
+@pass_ctx
+def ls(
+    ctx: Context,
+    queue: str | None,
+    task: str | None,
+    reason: str | None,
+    since: float | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """List dead letters, newest first."""
+    app = ctx.app()
+    records = run_async(
+        _closing(
+            app,
+            list_dead(
+                app, make_filters(queue, task, reason, since), limit=limit, newest_first=True
+            ),
+        )
+    )
+    if as_json:
+        click.echo(json.dumps([summary(r) for r in records], indent=2))
+        return
+    if not records:
+        click.echo("no dead letters")
+        return
+    click.echo(
+        f"{'SEQ':>6}  {'FAILED AT':24}  {'QUEUE':10}  {'TASK':20}  {'REASON':12}  "
+        f"{'TRIES':>5}  ERROR"
+    )
+    for r in records:
+        error = f"{r.error.type}: {r.error.message}" if r.error.type else r.error.message
+        click.echo(
+            f"{r.seq:>6}  {r.failed_at:24}  {r.queue[:10]:10}  {r.task[:20]:20}  "
+            f"{r.reason:12}  {r.attempts:>5}  {error[:60]}"
+        )
+
+
+@dlq.command()
+@click.argument("ref", metavar="ID|SEQ")
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+def show(ctx: Context, ref: str, as_json: bool) -> None:
+    """Everything about one dead letter: arguments and the full traceback."""
+    app = ctx.app()
+    record = run_async(_closing(app, get_dead(app, ref)))
+    if record is None:
+        raise click.BadParameter(f"no dead letter {ref!r}", param_hint="ID|SEQ")
+    if as_json:
+        click.echo(record.model_dump_json(indent=2))
+        return
+    for key, value in summary(record).items():
+        if key != "error":
+            click.echo(f"{key:13} {value}")
+    message = record.message
+    click.echo(f"{'message':13} {json.dumps(message)[:2000]}")
+    click.echo(f"{'error':13} {record.error.type}: {record.error.message}")
+    if record.error.traceback:
+        click.echo("")
+        click.echo(record.error.traceback.rstrip())
+
+
+@dlq.command()
+@click.argument("refs", nargs=-1, metavar="[ID|SEQ]...")
+@click.option("--all", "everything", is_flag=True, help="every record matching the filters")
+@filter_options
+@click.option("--to-queue", help="send them to this queue instead of their own")
+@click.option("--dry-run", is_flag=True, help="show what would be requeued")
+@pass_ctx
+def requeue(
+    ctx: Context,
+    refs: tuple[str, ...],
+    everything: bool,
+    queue: str | None,
+    task: str | None,
+    reason: str | None,
+    since: float | None,
+    to_queue: str | None,
+    dry_run: bool,
+) -> None:
+    """Send dead letters back to their queue (a new message id), then delete them."""
+    if bool(refs) == everything:
+        raise click.UsageError("give ID|SEQ arguments or --all (with optional filters)")
+    filters = make_filters(queue, task, reason, since)
+    if refs and not filters.empty:
+        raise click.UsageError("filters go with --all, not with ID|SEQ arguments")
+    app = ctx.app()
+    run_async(_closing(app, _requeue(app, refs, filters, to_queue, dry_run)))
+
+
+async def _requeue(
+    app: App, refs: tuple[str, ...], filters: Filters, to_queue: str | None, dry_run: bool
+) -> None:
+    from dlq.requeue import requeue as do_requeue
+
+    records = await _select(app, refs, filters)
+    if dry_run:
+        for r in records:
+            click.echo(f"would requeue {r.seq} {r.task}[{r.id}] -> {to_queue or r.queue}")
+        click.echo(f"{len(records)} dead letter(s) would be requeued")
+        return
+    with click.progressbar(
+        length=len(records),
+        label="requeue",
+        file=sys.stderr,
+        hidden=len(records) < 100 or not sys.stderr.isatty(),
+    ) as bar:
+        result = await do_requeue(app, records, to_queue, progress=bar.update)
+    for seq, why in result.failed:
+        click.echo(f"not requeued {seq}: {why}", err=True)
+    click.echo(f"requeued {result.requeued} dead letter(s)")
+    if result.failed:
+        raise SystemExit(1)
+
+
+async def _select(app: App, refs: tuple[str, ...], filters: Filters) -> list[DeadLetter]:
+    if not refs:
+        return await list_dead(app, filters)
+    found = []
+    for ref in refs:
+        record = await get_dead(app, ref)
+        if record is None:
+            raise click.BadParameter(f"no dead letter {ref!r}", param_hint="ID|SEQ")
+        found.append(record)
+    return found
+
+
+@dlq.command()
+@filter_options
+@click.option("--yes", is_flag=True, help="do not ask for confirmation")
+@pass_ctx
+def purge(
+    ctx: Context,
+    queue: str | None,
+    task: str | None,
+    reason: str | None,
+    since: float | None,
+    yes: bool,
+) -> None:
+    """Delete dead letters for good."""
+    filters = make_filters(queue, task, reason, since)
+    if not yes:
+        if not sys.stdin.isatty():
+            raise click.UsageError("refusing to purge without --yes when nobody can confirm")
+        what = "ALL dead letters" if filters.empty else "the matching dead letters"
+        click.confirm(f"delete {what}?", abort=True)
+    app = ctx.app()
+    count = run_async(_closing(app, _purge(app, filters)))
+    click.echo(f"purged {count} dead letter(s)")
+
+
+async def _purge(app: App, filters: Filters) -> int:
+    from dlq.purge import purge as purge_records
+    from dlq.purge import purge_all
+
+    if filters.empty:
+        return await purge_all(app)
+    return await purge_records(app, await list_dead(app, filters))
+
+
+@dlq.command("export")
+@filter_options
+@click.option("-o", "--output", type=click.File("w"), default="-", show_default=True)
+@pass_ctx
+def export(
+    ctx: Context,
+    queue: str | None,
+    task: str | None,
+    reason: str | None,
+    since: float | None,
+    output: Any,
+) -> None:
+    """Write dead letters as JSON lines (byte-exact), e.g. `> dead.jsonl`."""
+    from dlq.transfer import export_lines
+
+    app = ctx.app()
+
+    async def go() -> int:
+        count = 0
+        async for line in export_lines(app, make_filters(queue, task, reason, since)):
+            output.write(line + "\n")
+            count += 1
+        return count
+
+    count = run_async(_closing(app, go()))
+    click.echo(f"exported {count} dead letter(s)", err=True)
+
+
+@dlq.command("import")
+@click.argument("source", type=click.File("r"), metavar="FILE")
+@pass_ctx
+def import_(ctx: Context, source: Any) -> None:
+    """Load dead letters exported with `taskq dlq export` into this DLQ."""
+    from dlq.transfer import ImportFormatError, import_lines
+
+    app = ctx.app()
+    try:
+        count = run_async(_closing(app, import_lines(app, source.read().splitlines())))
+    except ImportFormatError as exc:
+        raise click.BadParameter(str(exc), param_hint="FILE") from None
+    click.echo(f"imported {count} dead letter(s)")
+
+
+async def _closing(app: App, coro: Any) -> Any:
+    try:
+        return await coro
+    finally:
+        await app.aclose()
+
+
+COMMANDS = [dlq]

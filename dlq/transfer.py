@@ -1,0 +1,99 @@
+"""Export and import of dead letters as JSON lines, byte-exact.
+
+Each line holds one DLQ message exactly as stored (subject, headers, body in base64) and,
+when the record keeps its original in the object store, that blob too. Importing publishes
+the same messages again; their `Nats-Msg-Id` makes a repeated import within the dedup window
+a no-op.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+from dlq.browse import Filters, parse
+from dlq.record import DeadLetter
+from taskq.app import App
+from taskq.errors import TaskqError
+
+FORMAT = 1
+
+
+class ImportFormatError(TaskqError, ValueError):
+    """A line of an import file is not an exported dead letter."""
+
+    def __init__(self, line: int, reason: str) -> None:
+        self.line = line
+        self.reason = reason
+        super().__init__(f"line {line}: {reason}")
+
+
+async def export_lines(app: App, filters: Filters | None = None) -> AsyncIterator[str]:
+    """One JSON line per matching dead letter, oldest first."""
+    filters = filters or Filters()
+    broker = await app.broker()
+    import time
+
+    now = time.time()
+    async for stored in broker.read_stream(app.names.dlq_stream, filters.subject(app.names)):
+        record = parse(stored)
+        if not filters.accepts(record, now):
+            continue
+        line: dict[str, Any] = {
+            "v": FORMAT,
+            "subject": stored.subject,
+            "headers": stored.headers,
+            "data_b64": base64.b64encode(stored.data).decode(),
+        }
+        if "blob" in record.message:
+            blob = await broker.get_blob(app.names.blobs_bucket, str(record.message["blob"]))
+            if blob is not None:
+                line["blob_b64"] = base64.b64encode(blob).decode()
+        yield json.dumps(line, separators=(",", ":"))
+
+
+def parse_line(number: int, text: str) -> dict[str, Any]:
+    try:
+        line = json.loads(text)
+        if not isinstance(line, dict) or line.get("v") != FORMAT:
+            raise ValueError(f"not an export line of format {FORMAT}")
+        base64.b64decode(line["data_b64"], validate=True)
+        if not isinstance(line["subject"], str) or not isinstance(line["headers"], dict):
+            raise ValueError("subject or headers missing")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ImportFormatError(number, str(exc)) from None
+    return line
+
+
+async def import_lines(app: App, lines: Iterable[str]) -> int:
+    """Publish exported dead letters back into this app's DLQ; returns how many were new."""
+    parsed = [parse_line(i, t) for i, t in enumerate(lines, 1) if t.strip()]
+    broker = await app.broker()
+    from dlq.setup import ensure_dlq
+
+    await ensure_dlq(app)
+    added = 0
+    for line in parsed:
+        data = base64.b64decode(line["data_b64"])
+        record = DeadLetter.model_validate_json(data)
+        if "blob_b64" in line and "blob" in record.message:
+            await broker.put_blob(
+                app.names.blobs_bucket,
+                str(record.message["blob"]),
+                base64.b64decode(line["blob_b64"]),
+                app.settings.replicas,
+            )
+        subject = _rebase(line["subject"], app.names.prefix)
+        ack = await broker.publish(
+            subject, data, {str(k): str(v) for k, v in line["headers"].items()}
+        )
+        added += 0 if ack.duplicate else 1
+    return added
+
+
+def _rebase(subject: str, prefix: str) -> str:
+    """Move `<old prefix>.dlq.…` under this app's prefix (exports can move between apps)."""
+    _, sep, rest = subject.partition(".dlq.")
+    return f"{prefix}.dlq.{rest}" if sep else subject
