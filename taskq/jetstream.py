@@ -541,30 +541,20 @@ class Broker:
 
     async def get_msg(self, stream: str, seq: int) -> StoredMessage | None:
         """Read one message by sequence; None when it is gone."""
-        try:
-            with translated():
-                raw = await self._js.get_msg(stream, seq=seq)
-        except NotFound:
-            return None
-        except BrokerError as exc:
-            if exc.code == _MESSAGE_NOT_FOUND:
-                return None
-            raise
-        return StoredMessage(
-            subject=raw.subject or "",
-            seq=raw.seq or seq,
-            data=raw.data or b"",
-            headers=dict(raw.headers or {}),
-            time=None,
-        )
+        return await self._read_one(stream, seq, following=False, subject=None)
 
     async def next_msg(
         self, stream: str, seq: int, subject: str | None = None
     ) -> StoredMessage | None:
         """The first message at or after `seq` (optionally on `subject`); None past the end."""
+        return await self._read_one(stream, seq, following=True, subject=subject)
+
+    async def _read_one(
+        self, stream: str, seq: int, *, following: bool, subject: str | None
+    ) -> StoredMessage | None:
         try:
             with translated():
-                raw = await self._js.get_msg(stream, seq=seq, next=True, subject=subject)
+                raw = await self._js.get_msg(stream, seq=seq, next=following, subject=subject)
         except NotFound:
             return None
         except BrokerError as exc:
