@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 import weakref
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, overload
 
+from taskq.batching import Batching
 from taskq.envelope import MSG_ID, TASK_HEADER, Envelope, format_time, now_iso
 from taskq.errors import ConfigError
 from taskq.handle import TaskHandle
@@ -72,6 +74,20 @@ class App:
             return self._register(fn, **options)
         return lambda f: self._register(f, **options)
 
+    def batch_task(
+        self, *, batch_size: int = 1000, max_wait: float = 2.0, **options: Any
+    ) -> Callable[[F], Task[Any, Any]]:
+        """Register a per-item function as a Spark batch task.
+
+        Each message is one item: the worker gathers up to `batch_size` messages of the task
+        (or what arrived within `max_wait` seconds), runs the function over them as one
+        Spark job across the executors, and settles every message on its own outcome. Other
+        options are those of `task` (retries, timeout for the whole job, queue, ...).
+        """
+        options.setdefault("executor", "spark")
+        batch = Batching(batch_size, max_wait)
+        return lambda f: self._register(f, batch=batch, **options)
+
     def _register(
         self,
         fn: Callable[..., Any],
@@ -89,6 +105,7 @@ class App:
         jitter: float = 1.0,
         executor: str = "default",
         store_result: bool = True,
+        batch: Batching | None = None,
     ) -> Task[Any, Any]:
         task_name = check_task(name or fn.__name__)
         check_queue(queue)
@@ -98,6 +115,10 @@ class App:
             raise ConfigError(f"task {task_name!r}: max_retries must be >= 0")
         if executor not in EXECUTORS:
             raise ConfigError(f"task {task_name!r}: executor must be one of {EXECUTORS}")
+        if executor == "spark":
+            _check_spark_task(task_name, fn, batch)
+        elif batch is not None:
+            raise ConfigError(f"task {task_name!r}: batch tasks run on the spark executor only")
         policy = RetryPolicy(
             max_retries=max_retries,
             backoff=backoff,
@@ -117,9 +138,14 @@ class App:
             ack_sync=ack_sync,
             executor=executor,
             store_result=store_result,
+            batch=batch,
         )
         self.tasks[task_name] = task
         return task
+
+    def handle(self, task_id: str, task: str = "", queue: str = "") -> TaskHandle:
+        """A handle for a task id seen elsewhere (a log line, another process)."""
+        return TaskHandle(task_id, task, queue, 0, False, self)
 
     def queues(self) -> list[str]:
         """Queues that registered tasks use, in declaration order."""
@@ -209,7 +235,14 @@ class App:
         ack = await retry_transient(
             lambda: broker.publish(subject, body, headers), what=f"enqueue of {envelope.task}"
         )
-        return TaskHandle(envelope.id, envelope.task, queue, ack.seq, ack.duplicate)
+        return TaskHandle(envelope.id, envelope.task, queue, ack.seq, ack.duplicate, self)
+
+
+def _check_spark_task(name: str, fn: Callable[..., Any], batch: Batching | None) -> None:
+    if batch is not None:
+        batch.check(name)
+    if inspect.iscoroutinefunction(fn):  # it runs in a thread (job) or on executors (items)
+        raise ConfigError(f"task {name!r}: a Spark task's function must be a plain def")
 
 
 def _expires_at(expires: float | timedelta | datetime | None) -> str | None:

@@ -50,7 +50,7 @@ async def enqueue_many(
         chunk = envelopes[start : start + WINDOW]
         acks = await _publish_chunk(broker, subject, chunk)
         handles += [
-            TaskHandle(e.id, e.task, queue, a.seq, a.duplicate)
+            TaskHandle(e.id, e.task, queue, a.seq, a.duplicate, app)
             for e, a in zip(chunk, acks, strict=True)
         ]
     return handles

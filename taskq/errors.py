@@ -115,3 +115,54 @@ class Reject(TaskqError):
     def __init__(self, reason: str = "rejected") -> None:
         self.reason = reason
         super().__init__(reason)
+
+
+class SparkUnavailable(TaskqError):
+    """Spark tasks cannot run in this process: pyspark or Java is missing, or Spark failed
+    to start. `fix` names what to install or change."""
+
+    def __init__(self, problem: str, fix: str) -> None:
+        self.problem = problem
+        self.fix = fix
+        super().__init__(f"{problem}: {fix}")
+
+
+class RemoteItemError(TaskqError):
+    """An item of a Spark batch task failed on an executor with an error that could not be
+    brought back to the worker as itself (unpicklable, or its class not importable here)."""
+
+    def __init__(self, type_name: str, message: str) -> None:
+        self.type_name = type_name
+        self.message = message
+        super().__init__(f"{type_name}: {message}")
+
+
+class TaskFailed(TaskqError):
+    """A task ended without a result: dead-lettered (or its workflow failed).
+
+    Carries the remote error: `type`, `message` and `traceback` as recorded by the worker,
+    plus `task_id`, `state` and `reason` (the dead-letter reason).
+    """
+
+    def __init__(
+        self, task_id: str, state: str, type: str, message: str, traceback: str = "",
+        reason: str = "",
+    ) -> None:
+        self.task_id = task_id
+        self.state = state
+        self.type = type
+        self.message = message
+        self.traceback = traceback
+        self.reason = reason
+        why = f" ({reason})" if reason else ""
+        super().__init__(f"task {task_id} {state}{why}: {type}: {message}")
+
+
+class ResultTimeout(TaskqError, TimeoutError):
+    """No final result within the wait's timeout; `state` is the last one seen."""
+
+    def __init__(self, task_id: str, timeout: float, state: str) -> None:
+        self.task_id = task_id
+        self.timeout = timeout
+        self.state = state
+        super().__init__(f"task {task_id}: no result within {timeout:g}s (state: {state})")

@@ -1,8 +1,12 @@
-"""Handles to enqueued tasks."""
+"""Handles to enqueued tasks: ids, and waiting for results."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from taskq.app import App
 
 
 @dataclass(frozen=True)
@@ -18,3 +22,29 @@ class TaskHandle:
     queue: str
     seq: int
     duplicate: bool = False
+    app: App | None = field(default=None, compare=False, repr=False)
+
+    def _app(self) -> App:
+        if self.app is None:
+            raise RuntimeError("this handle is not bound to an App: use app.handle(task_id)")
+        return self.app
+
+    async def result(self, timeout: float | None = None) -> Any:
+        """The task's return value once it succeeded; raises TaskFailed if it was
+        dead-lettered, ResultTimeout if nothing final arrives within `timeout` seconds."""
+        from taskq.results import wait
+
+        record = await wait(self._app(), self.id, timeout)
+        record.raise_if_failed(self.id)
+        return record.result
+
+    def result_sync(self, timeout: float | None = None) -> Any:
+        """`result()` for synchronous code."""
+        return self._app().portal.run(self.result(timeout))
+
+    async def status(self) -> str:
+        """`queued` (no record yet), `failed` (retrying), `succeeded` or `dead`."""
+        from taskq.results import fetch
+
+        record = await fetch(self._app(), self.id)
+        return record.state if record else "queued"

@@ -34,7 +34,7 @@ from taskq.errors import (
     TransientError,
 )
 from taskq.settings import Settings
-from taskq.topology import ConsumerSpec, StreamSpec
+from taskq.topology import BucketSpec, ConsumerSpec, StreamSpec
 
 log = logging.getLogger("taskq.jetstream")
 T = TypeVar("T")
@@ -112,16 +112,19 @@ class translated:  # used like a function: `with translated():`
 def _translate(exc: Exception) -> TaskqError | None:
     """The taskq error for a NATS client exception (or a timeout)."""
     if isinstance(exc, nats.js.errors.NotFoundError):
-        return NotFound(exc.description or "not found", exc.err_code, exc.code)
+        text = getattr(exc, "description", None) or "not found"
+        return NotFound(text, getattr(exc, "err_code", None), getattr(exc, "code", None))
     if isinstance(exc, nats.js.errors.ServiceUnavailableError):
         return TransientError(exc.description or "JetStream unavailable", exc.err_code, 503)
     if isinstance(exc, nats.js.errors.NoStreamResponseError):
         return TransientError("no stream answered the publish (is it being elected?)")
     if isinstance(exc, nats.js.errors.APIError):
-        text = exc.description or str(exc)
-        if exc.code == 403 or "permission" in text.lower():
-            return PermissionDenied(text, exc.err_code, exc.code)
-        return BrokerError(text, exc.err_code, exc.code)
+        # some subclasses (KV errors) skip APIError.__init__: read attributes defensively
+        text = getattr(exc, "description", None) or str(exc)
+        code, err_code = getattr(exc, "code", None), getattr(exc, "err_code", None)
+        if code == 403 or "permission" in text.lower():
+            return PermissionDenied(text, err_code, code)
+        return BrokerError(text, err_code, code)
     if isinstance(exc, nats.errors.MaxPayloadError):
         return BrokerError(f"message over the server's max_payload: {exc}")
     if isinstance(exc, nats.errors.TimeoutError | asyncio.TimeoutError | TimeoutError):
@@ -382,6 +385,7 @@ class Broker:
         self._nc = client
         self._js = client.jetstream(timeout=5.0)
         self._events = events
+        self._buckets: dict[str, Any] = {}
         self.settings = settings
 
     @classmethod
@@ -682,6 +686,66 @@ class Broker:
         return int(reply.get("purged", 0))
 
     # -- key-value buckets: results and workflow state (issue 5) ----------------------------
+    async def ensure_bucket(self, spec: BucketSpec) -> None:
+        """Create a KV bucket (file storage, TTL, history) unless it exists."""
+        config = api.KeyValueConfig(
+            bucket=spec.name,
+            history=spec.history,
+            ttl=spec.ttl,
+            replicas=spec.replicas,
+            storage=api.StorageType.FILE,
+        )
+        with translated():
+            try:
+                self._buckets[spec.name] = await self._js.create_key_value(config)
+            except nats.js.errors.BadRequestError as exc:
+                if exc.err_code != _STREAM_NAME_IN_USE:
+                    raise
+                self._buckets[spec.name] = await self._js.key_value(spec.name)
+
+    async def _bucket(self, bucket: str) -> Any:
+        store = self._buckets.get(bucket)
+        if store is None:
+            with translated():
+                store = await self._js.key_value(bucket)
+            self._buckets[bucket] = store
+        return store
+
+    async def kv_put(self, bucket: str, key: str, value: bytes) -> int:
+        """Store `value` under `key`; returns the revision (pipelined, no wait_for task)."""
+        ack = await (await self.publish_nowait(f"$KV.{bucket}.{key}", value))
+        return ack.seq
+
+    async def kv_get(self, bucket: str, key: str) -> tuple[bytes, int] | None:
+        """The current value and revision of `key`, or None if absent (or deleted)."""
+        store = await self._bucket(bucket)
+        try:
+            with translated():
+                entry = await store.get(key)
+        except NotFound:
+            return None
+        if entry.value is None or entry.operation in ("DEL", "PURGE"):
+            return None
+        return bytes(entry.value), int(entry.revision or 0)
+
+    async def kv_create(self, bucket: str, key: str, value: bytes) -> int | None:
+        """Store `value` only if `key` does not exist; None when it already did."""
+        store = await self._bucket(bucket)
+        with translated():
+            try:
+                return int(await store.create(key, value))
+            except nats.js.errors.KeyWrongLastSequenceError:
+                return None
+
+    async def kv_update(self, bucket: str, key: str, value: bytes, revision: int) -> int | None:
+        """Compare-and-set: store only if `key` is still at `revision`; None if it moved."""
+        store = await self._bucket(bucket)
+        with translated():
+            try:
+                return int(await store.update(key, value, last=revision))
+            except nats.js.errors.KeyWrongLastSequenceError:
+                return None
+
 
     # -- message schedules (issue 5) --------------------------------------------------------
 

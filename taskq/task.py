@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, get_type_hin
 
 from pydantic import ConfigDict, ValidationError, create_model
 
+from taskq.batching import Batching
 from taskq.errors import ArgumentsError, ConfigError
 from taskq.policy import RetryPolicy
 
@@ -187,6 +188,7 @@ class Task(Generic[P, R]):
         ack_sync: bool,
         executor: str,
         store_result: bool,
+        batch: Batching | None = None,
     ) -> None:
         if ack_wait <= 0:
             raise ConfigError(f"task {name!r}: ack_wait must be > 0")
@@ -202,8 +204,11 @@ class Task(Generic[P, R]):
         self.ack_sync = ack_sync
         self.executor = executor
         self.store_result = store_result
+        # a Spark batch task (executor "spark" with batch options) runs `fn` once per item on
+        # the executors; a Spark job task gets the SparkSession as its first argument
+        self.batch = batch
         self.is_async = inspect.iscoroutinefunction(fn)
-        skip = 1 if executor == "spark" else 0
+        skip = 1 if executor == "spark" and batch is None else 0
         self.validator = ArgsValidator(fn, name, skip_first=skip)
         self.__doc__ = fn.__doc__
         self.__name__ = getattr(fn, "__name__", name)

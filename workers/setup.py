@@ -8,7 +8,13 @@ from dataclasses import dataclass
 
 from taskq.app import App
 from taskq.jetstream import Broker
-from taskq.topology import dlq_stream, events_stream, queue_consumer, queue_stream
+from taskq.topology import (
+    dlq_stream,
+    events_stream,
+    queue_consumer,
+    queue_stream,
+    results_bucket,
+)
 
 log = logging.getLogger("taskq.worker")
 DEFAULT_ACK_WAIT = 30.0
@@ -26,6 +32,7 @@ async def prepare(app: App, broker: Broker, queues: list[str]) -> dict[str, Queu
     """Ensure every object the worker needs exists with the intended config."""
     names, settings = app.names, app.settings
     await broker.ensure_stream(dlq_stream(names, settings))
+    await broker.ensure_bucket(results_bucket(names, settings))
     setups: dict[str, QueueSetup] = {}
     for queue in queues:
         tasks = [t for t in app.tasks.values() if t.queue == queue]

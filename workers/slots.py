@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Iterator
 
 
 class Slots:
@@ -41,6 +42,20 @@ class Slots:
             return
         self.free += count
         self._changed.set()
+
+    @contextlib.contextmanager
+    def lent(self) -> Iterator[None]:
+        """Give a held slot back while the block runs, and take it again after.
+
+        For a batch task's item waiting for its batch to fill: the worker fetches the rest
+        meanwhile. Taking it back does not wait, so `free` may dip below zero until the
+        holder's own release, which `reserve` treats as no free slot.
+        """
+        self.release(1)
+        try:
+            yield
+        finally:
+            self.free -= 1
 
     def wake(self) -> None:
         """Wake waiters without freeing anything (used at shutdown)."""

@@ -31,13 +31,17 @@ from taskq.errors import (
 )
 from taskq.jetstream import Broker, Delivery, Puller
 from taskq.policy import Ack, Dead, Decision, Failure, Nak, Outcome, decide
+from taskq.results import store as store_result
 from taskq.retrying import retry_transient
 from taskq.task import Task
 from workers.execute import run_attempt
 from workers.lease import Leases
+from workers.outcomes import result_record
 from workers.logs import MAY_WAIT
 from workers.setup import QueueSetup, prepare
 from workers.slots import Slots
+from workers.spark_jobs import SparkExecutor
+from workers.spark_session import SparkRuntime
 
 log = logging.getLogger("taskq.worker")
 
@@ -66,6 +70,7 @@ class Worker:
         fetch_timeout: float = 1.0,
         max_batch: int = 256,
         sweeper: bool = True,
+        spark: SparkRuntime | None = None,
     ) -> None:
         self.app = app
         self.queues = list(queues or app.queues() or ["default"])
@@ -83,6 +88,9 @@ class Worker:
         self._setups: dict[str, QueueSetup] = {}
         self._leases = Leases()
         self._broker: Broker | None = None
+        # Spark tasks (if any) run here; `spark` shares a session across workers (tests)
+        mine = [t for t in app.tasks.values() if t.queue in self.queues]
+        self._spark = SparkExecutor(app, mine, spark)
 
     # -- lifecycle -------------------------------------------------------------------------
     def stop(self) -> None:
@@ -125,6 +133,7 @@ class Worker:
             self._slots.wake()
             await asyncio.gather(*loops, return_exceptions=True)
             await self._finish_running()
+            await self._spark.close()
             await self._leases.close()
             with contextlib.suppress(TaskqError):
                 await broker.flush()
@@ -235,7 +244,11 @@ class Worker:
             return Dead("permanent", str(exc)), Failure(exc)
         job.started = time.monotonic()
         with self._leases.hold(d, self._setups[job.queue].ack_wait):
-            outcome = await run_attempt(task, args, kwargs, self._threads)
+            if task.executor == "spark":
+                tid = job.envelope.id
+                outcome = await self._spark.run(task, args, kwargs, tid, self._slots.lent)
+            else:
+                outcome = await run_attempt(task, args, kwargs, self._threads)
         return decide(task.policy, d.num_delivered, outcome), outcome
 
     def _decode(self, job: _Job) -> Envelope:
@@ -259,6 +272,8 @@ class Worker:
     # -- settling ---------------------------------------------------------------------------
     async def _settle(self, job: _Job, decision: Decision, outcome: Outcome | None) -> None:
         d = job.delivery
+        # the result/state record is written before the message is settled (DESIGN §7)
+        await self._record(job, decision, outcome)
         if isinstance(decision, Ack):
             if job.task is not None and job.task.ack_sync:
                 await retry_transient(lambda: d.ack_sync(), deadline=10.0, what="ack")
@@ -273,6 +288,14 @@ class Worker:
             self.stats["dead"] += 1
             self.stats[f"dead:{decision.reason}"] += 1
         self._log(job, decision, outcome)
+
+    async def _record(self, job: _Job, decision: Decision, outcome: Outcome | None) -> None:
+        if job.envelope is None:
+            return  # undecodable: no task id anyone could wait on
+        record = result_record(job.task, job.envelope.task, decision, outcome,
+                               job.delivery.num_delivered)
+        if record is not None:
+            await store_result(self.app, self._broker_or_fail(), job.envelope.id, record)
 
     async def _dead_letter(self, job: _Job, dead: Dead, outcome: Outcome | None) -> None:
         """DLQ record first (acknowledged), then TERM: the message is never in neither place."""

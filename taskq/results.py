@@ -1,0 +1,126 @@
+"""Task states and results in the `<PREFIX>_RESULTS` key-value bucket (DESIGN §7).
+
+The worker writes a task's record before acknowledging its message, so a result is never
+missing for a task that left its queue. Waiting watches the key's subject (a core NATS
+subscription opened before the first read); a write racing that subscription is caught by
+re-reading on a backoff (50 ms doubling to 2 s) only while no update arrives.
+States: `queued` (no record yet), `failed` (an attempt failed, a retry is coming),
+`succeeded`, `dead` (dead-lettered: final).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+import time
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic_core import to_json
+
+from taskq.app import App
+from taskq.envelope import now_iso
+from taskq.errors import ResultTimeout, TaskFailed
+from taskq.jetstream import Broker
+from taskq.retrying import retry_transient
+from taskq.topology import results_bucket
+
+FINAL = ("succeeded", "dead")
+_KEY_OK = re.compile(r"^[-/_=.a-zA-Z0-9]+$")
+
+
+class ResultRecord(BaseModel):
+    """The value stored per task id."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    state: str
+    task: str = ""
+    result: Any = None
+    error: dict[str, str] | None = None
+    reason: str = ""
+    attempts: int = 0
+    updated_at: str = ""
+
+    def raise_if_failed(self, task_id: str) -> None:
+        if self.state == "dead":
+            error = self.error or {}
+            raise TaskFailed(
+                task_id,
+                self.state,
+                error.get("type", ""),
+                error.get("message", ""),
+                error.get("traceback", ""),
+                self.reason,
+            )
+
+
+def key_for(task_id: str) -> str:
+    """A valid KV key for any task id (idempotency keys may hold any character)."""
+    if _KEY_OK.match(task_id) and not task_id.startswith(".") and not task_id.endswith("."):
+        return task_id
+    return "h." + hashlib.sha256(task_id.encode()).hexdigest()
+
+
+async def ensure_results(app: App, broker: Broker) -> None:
+    spec = results_bucket(app.names, app.settings)
+    await retry_transient(lambda: broker.ensure_bucket(spec), what="results bucket set-up")
+
+
+async def store(app: App, broker: Broker, task_id: str, record: ResultRecord) -> None:
+    """Write a task's record (acknowledged by the server)."""
+    body = to_json(record.model_copy(update={"updated_at": now_iso()}).model_dump(), fallback=repr)
+    bucket, key = app.names.results_bucket, key_for(task_id)
+    await retry_transient(lambda: broker.kv_put(bucket, key, body), what="result write")
+
+
+async def fetch(app: App, task_id: str) -> ResultRecord | None:
+    broker = await app.broker()
+    await ensure_results(app, broker)
+    found = await broker.kv_get(app.names.results_bucket, key_for(task_id))
+    return _parse(found[0]) if found else None
+
+
+async def wait(app: App, task_id: str, timeout: float | None) -> ResultRecord:
+    """The task's final record (succeeded or dead), waiting up to `timeout` seconds."""
+    broker = await app.broker()
+    await ensure_results(app, broker)
+    updates: asyncio.Queue[bytes] = asyncio.Queue()
+
+    async def on_update(_subject: str, data: bytes) -> None:
+        await updates.put(data)
+
+    key = key_for(task_id)
+    unsubscribe = await broker.subscribe(f"$KV.{app.names.results_bucket}.{key}", on_update)
+    try:
+        record = await _read(app, broker, key)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        recheck = 0.05
+        while record is None or record.state not in FINAL:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise ResultTimeout(task_id, timeout or 0.0, record.state if record else "queued")
+            pause = recheck if remaining is None else min(recheck, remaining)
+            try:
+                record = _parse(await asyncio.wait_for(updates.get(), pause)) or record
+            except TimeoutError:
+                # A write that reached the server just before our subscription may not have
+                # been readable yet at the first read: read again, less often each time.
+                record = await _read(app, broker, key) or record
+                recheck = min(recheck * 2, 2.0)
+        return record
+    finally:
+        await unsubscribe()
+
+
+async def _read(app: App, broker: Broker, key: str) -> ResultRecord | None:
+    found = await broker.kv_get(app.names.results_bucket, key)
+    return _parse(found[0]) if found else None
+
+
+def _parse(data: bytes) -> ResultRecord | None:
+    try:
+        return ResultRecord.model_validate_json(data)
+    except ValidationError:
+        return None  # a delete marker or a foreign value: not a record

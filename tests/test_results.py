@@ -1,0 +1,139 @@
+"""Results: stored before the ack, awaited by watching the key, failures re-raised typed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+import pytest
+
+from taskq import App, Reject
+from taskq.errors import ResultTimeout, TaskFailed
+from tests.conftest import ROOT, running_worker
+
+
+async def test_result_round_trip_and_status(app: App) -> None:
+    @app.task
+    async def add(a: int, b: int) -> int:
+        return a + b
+
+    @app.task
+    def nothing() -> None:
+        return None
+
+    handle = await add.enqueue(2, 3)
+    assert await handle.status() == "queued"
+    async with running_worker(app):
+        assert await handle.result(timeout=10) == 5
+        assert await (await nothing.enqueue()).result(timeout=10) is None
+    assert await handle.status() == "succeeded"
+    again = app.handle(handle.id)
+    assert await again.result(timeout=1) == 5
+
+
+async def test_failure_is_reraised_typed(app: App) -> None:
+    @app.task(max_retries=1, backoff=0.05, jitter=0)
+    async def broken(x: int) -> int:
+        raise ZeroDivisionError(f"cannot divide {x}")
+
+    @app.task
+    async def refuses() -> None:
+        raise Reject("not allowed")
+
+    async with running_worker(app):
+        handle = await broken.enqueue(4)
+        with pytest.raises(TaskFailed) as info:
+            await handle.result(timeout=10)
+        rejected = await refuses.enqueue()
+        with pytest.raises(TaskFailed) as info2:
+            await rejected.result(timeout=10)
+    err = info.value
+    assert err.type == "ZeroDivisionError" and "cannot divide 4" in err.message
+    assert "ZeroDivisionError" in err.traceback and err.reason == "exhausted"
+    assert err.state == "dead" and err.task_id == handle.id
+    assert info2.value.reason == "permanent" and info2.value.type == "Reject"
+
+
+async def test_result_timeout_and_sync_twin(app: App) -> None:
+    @app.task
+    async def slow() -> str:
+        await asyncio.sleep(0.5)
+        return "done"
+
+    handle = await slow.enqueue()
+    with pytest.raises(ResultTimeout) as info:
+        await handle.result(timeout=0.2)  # no worker yet
+    assert info.value.state == "queued"
+    async with running_worker(app):
+        value = await asyncio.to_thread(handle.result_sync, 10)
+    assert value == "done"
+
+
+async def test_opt_out_stores_nothing_on_success(app: App) -> None:
+    @app.task(store_result=False)
+    async def fire_and_forget() -> int:
+        return 1
+
+    async with running_worker(app) as worker:
+        handle = await fire_and_forget.enqueue()
+        from tests.conftest import wait_until
+
+        await wait_until(lambda: worker.stats["succeeded"] == 1)
+    assert await handle.status() == "queued"
+
+
+async def test_cli_result(app: App, nats_url: str, prefix: str) -> None:
+    @app.task
+    async def greet(name: str) -> str:
+        return f"hello {name}"
+
+    async with running_worker(app):
+        handle = await greet.enqueue("taskq")
+        await handle.result(timeout=10)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "taskq",
+            "--url",
+            nats_url,
+            "--prefix",
+            prefix,
+            "result",
+            handle.id,
+            "--wait",
+            "--timeout",
+            "5",
+            "--json",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert out.returncode == 0, out.stderr
+    body = json.loads(out.stdout)
+    assert body["state"] == "succeeded" and body["result"] == "hello taskq"
+
+
+async def test_result_wait_latency(app: App) -> None:
+    """Enqueue → result in hand, sequentially: reported, bounded loosely."""
+
+    @app.task
+    async def echo(i: int) -> int:
+        return i
+
+    samples = []
+    async with running_worker(app):
+        for i in range(100):
+            start = time.perf_counter()
+            assert await (await echo.enqueue(i)).result(timeout=10) == i
+            samples.append(time.perf_counter() - start)
+    p50 = statistics.median(samples[10:]) * 1000
+    print(f"result-wait round trip p50 {p50:.2f} ms")
+    assert p50 < 100

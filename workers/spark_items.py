@@ -1,0 +1,42 @@
+"""What Spark runs on the executors for a batch task: the item function over one partition,
+reporting each item's own outcome so that one bad item never fails the others.
+
+This module is shipped to the executors by value (cloudpickle), so executors need neither
+taskq nor its dependencies installed: it imports only the standard library and pyspark.
+Every value crossing back is pre-pickled per item, so an unpicklable result or error fails
+that item alone instead of the whole partition (DESIGN §6: catch per item, inside the
+partition function).
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+Row = tuple[int, tuple[Any, ...], dict[str, Any]]
+# (index, ok, pickled value) or (index, ok, (pickled error or None, type, message, traceback))
+Reported = tuple[int, bool, Any]
+
+
+def run_partition(fn: Callable[..., Any], rows: Iterable[Row]) -> Iterator[Reported]:
+    """Call `fn` on every row of a partition; yield one outcome per row, never raise."""
+    for index, args, kwargs in rows:
+        try:
+            yield index, True, _dumps(fn(*args, **kwargs))
+        except Exception as exc:
+            yield index, False, _error(exc, traceback.format_exc())
+
+
+def _error(exc: Exception, trace: str) -> tuple[bytes | None, str, str, str]:
+    try:
+        pickled: bytes | None = _dumps(exc)
+    except Exception:  # e.g. an exception holding a lock or a socket
+        pickled = None
+    return pickled, type(exc).__qualname__, str(exc), trace
+
+
+def _dumps(value: Any) -> bytes:
+    from pyspark import cloudpickle  # what Spark itself pickles functions with
+
+    return bytes(cloudpickle.dumps(value))  # type: ignore[no-untyped-call]
