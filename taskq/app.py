@@ -6,6 +6,7 @@ import asyncio
 import inspect
 import threading
 import weakref
+from dataclasses import replace
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, overload
@@ -20,6 +21,7 @@ from taskq.names import Names, check_queue, check_task
 from taskq.policy import RetryPolicy
 from taskq.portal import Portal
 from taskq.retrying import retry_transient
+from taskq.schedules import Periodic, due_time, expression, publish_delayed
 from taskq.settings import Settings
 from taskq.task import CallOptions, Task
 from taskq.topology import queue_stream
@@ -40,6 +42,7 @@ class App:
         self.settings = Settings.load(url=url, prefix=prefix, **settings)
         self._names = Names(self.settings.prefix)
         self.tasks: dict[str, Task[Any, Any]] = {}
+        self.periodics: dict[str, Periodic] = {}
         self._brokers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Broker] = (
             weakref.WeakKeyDictionary()
         )
@@ -143,6 +146,30 @@ class App:
         self.tasks[task_name] = task
         return task
 
+    def periodic(
+        self,
+        *,
+        cron: str | None = None,
+        every: timedelta | float | None = None,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> Callable[[F], Task[Any, Any]]:
+        """Register a task that the server runs on a schedule: `cron` (6 fields, seconds
+        first, e.g. "0 */5 * * * *") or `every` (whole seconds). Workers register it when
+        they start; `taskq schedules prune` removes schedules no longer in code."""
+        schedule = expression(cron, every)
+
+        def register(fn: F) -> Task[Any, Any]:
+            task = self._register(fn, **options)
+            task.validator.for_wire(list(args), dict(kwargs or {}))  # fail at declaration
+            self.periodics[task.name] = Periodic(
+                task.name, task.queue, schedule, tuple(args), tuple((kwargs or {}).items())
+            )
+            return task
+
+        return register
+
     def handle(self, task_id: str, task: str = "", queue: str = "") -> TaskHandle:
         """A handle for a task id seen elsewhere (a log line, another process)."""
         return TaskHandle(task_id, task, queue, 0, False, self)
@@ -221,6 +248,11 @@ class App:
     ) -> TaskHandle:
         envelope = self.build_envelope(task, args, kwargs, opts)
         queue = check_queue(opts.queue or task.queue)
+        due = due_time(opts.countdown, opts.eta)
+        if due is not None and due > datetime.now(UTC):
+            # a server-side one-shot schedule: no beat process, survives every restart
+            envelope = replace(envelope, eta=format_time(due))
+            return await publish_delayed(self, envelope, queue, due)
         return await self.publish_envelope(envelope, queue)
 
     async def publish_envelope(

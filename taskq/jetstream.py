@@ -748,6 +748,21 @@ class Broker:
 
 
     # -- message schedules (issue 5) --------------------------------------------------------
+    async def last_on_subject(self, stream: str, subject: str) -> StoredMessage | None:
+        """The last message stored on `subject`, or None."""
+        try:
+            with translated():
+                raw = await self._js.get_last_msg(stream, subject)
+        except (NotFound, BrokerError):
+            return None
+        return StoredMessage(
+            subject=raw.subject or subject,
+            seq=raw.seq or 0,
+            data=raw.data or b"",
+            headers=dict(raw.headers or {}),
+            time=None,
+        )
+
 
     # -- statistics and operations (issue 6) ------------------------------------------------
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from taskq.app import App
 from taskq.jetstream import Broker
+from taskq.schedules import register
 from taskq.topology import (
     dlq_stream,
     events_stream,
@@ -46,6 +47,9 @@ async def prepare(app: App, broker: Broker, queues: list[str]) -> dict[str, Queu
         state = await broker.consumer_state(spec.stream, spec.durable)
         setups[queue] = QueueSetup(queue, spec.stream, spec.durable, state.ack_wait or ack_wait)
     await ensure_events(app, broker, [s.stream for s in setups.values()])
+    for periodic in app.periodics.values():
+        if periodic.queue in setups:  # idempotent: unchanged schedules are left alone
+            await register(app, periodic)
     return setups
 
 

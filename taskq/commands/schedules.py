@@ -1,0 +1,109 @@
+"""`taskq schedules ls|rm|prune`: the server-side schedules of delayed and periodic tasks."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from taskq.app import App
+from taskq.cli import Context, pass_ctx, run_async
+
+
+async def discover_queues(app: App) -> list[str]:
+    """Queue names of this prefix, read from the queue streams' subjects on the server."""
+    broker = await app.broker()
+    head = f"{app.names.prefix}.q."
+    queues = []
+    for name in await broker.stream_names():
+        if not name.startswith(f"{app.names.prefix.upper()}_Q_"):
+            continue
+        for subject in await broker.stream_subjects(name) or ():
+            if subject.startswith(head) and subject.endswith(".>"):
+                queues.append(subject[len(head) : -2])
+    return sorted(set(queues))
+
+
+@click.group()
+def schedules() -> None:
+    """Delayed and periodic tasks, stored as message schedules on the server."""
+
+
+@schedules.command("ls")
+@click.option("-q", "--queue", "queues", multiple=True, help="only these queues")
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+def ls(ctx: Context, queues: tuple[str, ...], as_json: bool) -> None:
+    """List schedules: name, queue, schedule expression and target subject."""
+    from taskq.schedules import list_schedules
+
+    app = ctx.app()
+
+    async def go() -> list[Any]:
+        try:
+            return await list_schedules(app, list(queues) or await discover_queues(app))
+        finally:
+            await app.aclose()
+
+    found = run_async(go())
+    if as_json:
+        click.echo(json.dumps([vars(s) for s in found], indent=2))
+        return
+    if not found:
+        click.echo("no schedules")
+        return
+    click.echo(f"{'QUEUE':12}  {'NAME':36}  {'SCHEDULE':28}  TARGET")
+    for s in found:
+        click.echo(f"{s.queue:12}  {s.name:36}  {s.expression:28}  {s.target}")
+
+
+@schedules.command()
+@click.argument("name")
+@click.option("-q", "--queue", default="default", show_default=True)
+@pass_ctx
+def rm(ctx: Context, name: str, queue: str) -> None:
+    """Cancel schedule NAME (e.g. periodic.cleanup, or a delayed task's id)."""
+    from taskq.schedules import remove
+
+    app = ctx.app()
+
+    async def go() -> bool:
+        try:
+            return await remove(app, queue, name)
+        finally:
+            await app.aclose()
+
+    if not run_async(go()):
+        raise click.BadParameter(f"no schedule {name!r} in queue {queue!r}", param_hint="NAME")
+    click.echo(f"removed {name}")
+
+
+@schedules.command()
+@click.argument("app_spec", metavar="MODULE:APP")
+@pass_ctx
+def prune(ctx: Context, app_spec: str) -> None:
+    """Remove periodic schedules whose task is no longer declared in MODULE:APP."""
+    from taskq.schedules import PERIODIC, list_schedules, remove
+
+    app = ctx.app(app_spec)
+
+    async def go() -> list[str]:
+        try:
+            removed = []
+            for s in await list_schedules(app, await discover_queues(app)):
+                task = s.name.removeprefix(PERIODIC + ".")
+                if s.name.startswith(PERIODIC + ".") and task not in app.periodics:
+                    await remove(app, s.queue, s.name)
+                    removed.append(f"{s.queue}/{s.name}")
+            return removed
+        finally:
+            await app.aclose()
+
+    removed = run_async(go())
+    for item in removed:
+        click.echo(f"removed {item}")
+    click.echo(f"pruned {len(removed)} schedule(s)")
+
+
+COMMANDS = [schedules]

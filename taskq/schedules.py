@@ -1,0 +1,182 @@
+"""Server-side schedules (ADR-51 message schedules): delayed tasks and periodic tasks.
+
+No beat process: a schedule is a message on `<prefix>.s.<queue>.<name>` in the queue's own
+stream, carrying `Nats-Schedule` (`@at <time>`, `@every 5s`, or a 6-field cron with seconds)
+and `Nats-Schedule-Target` (the task subject). The server publishes the body to the target
+when due; a schedule subject holds one schedule, so publishing again replaces it, and
+purging the subject cancels it. Needs nats-server 2.12 or later.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from pydantic_core import to_json
+
+from taskq.envelope import MSG_ID, TASK_HEADER, Envelope
+from taskq.errors import BrokerError, ConfigError
+from taskq.handle import TaskHandle
+from taskq.retrying import retry_transient
+
+if TYPE_CHECKING:
+    from taskq.app import App
+
+SCHEDULE = "Nats-Schedule"
+TARGET = "Nats-Schedule-Target"
+PERIODIC = "periodic"  # schedule-name prefix of periodic tasks: <prefix>.s.<queue>.periodic.<task>
+MIN_SERVER = "2.12"
+_EVERY = re.compile(r"^@every (\d+)(s|m|h)$")
+
+
+@dataclass(frozen=True)
+class Periodic:
+    """A periodic task's schedule: `cron` (6 fields, seconds first) or `every`."""
+
+    task: str
+    queue: str
+    expression: str  # the Nats-Schedule value
+    args: tuple[Any, ...] = ()
+    kwargs: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def name(self) -> str:
+        return f"{PERIODIC}.{self.task}"
+
+
+def expression(cron: str | None, every: timedelta | float | None) -> str:
+    """The `Nats-Schedule` value for a periodic task, validated at declaration."""
+    if (cron is None) == (every is None):
+        raise ConfigError("a periodic task needs exactly one of cron= or every=")
+    if cron is not None:
+        if cron.startswith("@"):
+            if cron in ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@hourly"):
+                return cron
+            raise ConfigError(f"unknown cron shorthand {cron!r}")
+        if len(cron.split()) != 6:
+            raise ConfigError(
+                f"cron {cron!r} must have 6 fields, seconds first (e.g. '0 */5 * * * *')"
+            )
+        return cron
+    seconds = every.total_seconds() if isinstance(every, timedelta) else float(every or 0)
+    if seconds < 1 or seconds != int(seconds):
+        raise ConfigError("every= must be a whole number of seconds, at least 1")
+    return f"@every {int(seconds)}s"
+
+
+def at_expression(moment: datetime) -> str:
+    """`@at` with whole seconds, rounded up: a delayed task never runs early."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    whole = datetime.fromtimestamp(math.ceil(moment.timestamp()), UTC)
+    return "@at " + whole.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def due_time(countdown: float | None, eta: datetime | None) -> datetime | None:
+    """When a delayed task is due, or None to send it now."""
+    if eta is not None:
+        return eta if eta.tzinfo else eta.replace(tzinfo=UTC)
+    if countdown is not None and countdown > 0:
+        return datetime.now(UTC) + timedelta(seconds=countdown)
+    return None
+
+
+async def publish_delayed(app: App, envelope: Envelope, queue: str, due: datetime) -> TaskHandle:
+    """Store a one-shot schedule that publishes the task at `due`."""
+    broker = await app.broker()
+    await retry_transient(lambda: app.ensure_queue(queue), what="queue set-up")
+    headers = {
+        SCHEDULE: at_expression(due),
+        TARGET: app.names.queue_subject(queue, envelope.task),
+        MSG_ID: f"{envelope.id}.schedule",
+        TASK_HEADER: envelope.task,
+    }
+    subject = app.names.schedule_subject(queue, envelope.id)
+    body = envelope.encode()
+    ack = await retry_transient(lambda: _publish(broker, subject, body, headers))
+    return TaskHandle(envelope.id, envelope.task, queue, ack.seq, ack.duplicate, app)
+
+
+async def register(app: App, periodic: Periodic) -> None:
+    """Create or replace one periodic schedule (idempotent: same subject, one schedule)."""
+    broker = await app.broker()
+    body = to_json(
+        {
+            "task": periodic.task,
+            "args": list(periodic.args),
+            "kwargs": dict(periodic.kwargs),
+            "meta": {"periodic": periodic.expression},
+        }
+    )
+    headers = {
+        SCHEDULE: periodic.expression,
+        TARGET: app.names.queue_subject(periodic.queue, periodic.task),
+        TASK_HEADER: periodic.task,
+    }
+    subject = app.names.schedule_subject(periodic.queue, periodic.name)
+    current = await broker.last_on_subject(app.names.queue_stream(periodic.queue), subject)
+    if (
+        current is not None
+        and current.headers.get(SCHEDULE) == periodic.expression
+        and current.data == body
+    ):
+        return  # unchanged: re-publishing would restart an interval schedule's clock
+    await retry_transient(lambda: _publish(broker, subject, body, headers))
+
+
+async def _publish(broker: Any, subject: str, body: bytes, headers: dict[str, str]) -> Any:
+    try:
+        return await broker.publish(subject, body, headers)
+    except BrokerError as exc:
+        if "schedul" in str(exc).lower():
+            raise BrokerError(
+                f"the server refused a message schedule ({exc}): message schedules need "
+                f"nats-server {MIN_SERVER} or later",
+                exc.code,
+                exc.status,
+            ) from None
+        raise
+
+
+@dataclass(frozen=True)
+class ScheduleInfo:
+    queue: str
+    name: str
+    expression: str
+    target: str
+    seq: int
+
+
+async def list_schedules(app: App, queues: list[str]) -> list[ScheduleInfo]:
+    """Schedules stored in the given queues' streams."""
+    broker = await app.broker()
+    found: list[ScheduleInfo] = []
+    for queue in queues:
+        stream = app.names.queue_stream(queue)
+        prefix = app.names.schedule_subject(queue, "")
+        state = await broker.stream_state(stream, subjects_filter=app.names.schedule_filter(queue))
+        for subject in sorted(state.subjects):
+            stored = await broker.last_on_subject(stream, subject)
+            if stored is not None:
+                found.append(
+                    ScheduleInfo(
+                        queue,
+                        subject[len(prefix) :],
+                        stored.headers.get(SCHEDULE, "?"),
+                        stored.headers.get(TARGET, "?"),
+                        stored.seq,
+                    )
+                )
+    return found
+
+
+async def remove(app: App, queue: str, name: str) -> bool:
+    """Cancel a schedule by purging its subject; False if there was none."""
+    broker = await app.broker()
+    purged = await broker.purge_stream(
+        app.names.queue_stream(queue), subject=app.names.schedule_subject(queue, name)
+    )
+    return purged > 0

@@ -1,0 +1,105 @@
+"""Server-side schedules: countdown/eta, periodic tasks, `taskq schedules`, expiry."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from taskq import App, ConfigError
+from tests.apps import periodic as periodic_app
+from tests.conftest import ROOT, running_worker, wait_until
+
+
+def taskq(url: str, prefix: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "taskq", "--url", url, "--prefix", prefix, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+async def test_countdown_and_eta_are_honoured_within_a_second(app: App) -> None:
+    ran: dict[str, float] = {}
+
+    @app.task
+    async def stamp(label: str) -> None:
+        ran[label] = time.time()
+
+    async with running_worker(app):
+        start = time.time()
+        await stamp.options(countdown=2).enqueue("countdown")
+        await stamp.options(eta=datetime.now(UTC) + timedelta(seconds=3)).enqueue("eta")
+        await stamp.enqueue("now")
+        await wait_until(lambda: len(ran) == 3, timeout=15)
+    assert ran["now"] - start < 1
+    assert 2 - 0.05 <= ran["countdown"] - start <= 3.0  # never early, at most 1 s late
+    assert 3 - 0.05 <= ran["eta"] - start <= 4.0
+
+
+async def test_delayed_task_result_and_handle(app: App) -> None:
+    @app.task
+    async def double(x: int) -> int:
+        return 2 * x
+
+    async with running_worker(app):
+        handle = await double.options(countdown=1).enqueue(21)
+        assert await handle.result(timeout=10) == 42
+
+
+async def test_periodic_task_fires_and_is_removed_by_rm(nats_url: str, prefix: str) -> None:
+    app = periodic_app.app
+    app.configure(url=nats_url, prefix=prefix)
+    async with running_worker(app) as worker:
+        await wait_until(lambda: worker.stats["succeeded"] >= 3, timeout=15)
+        listed = json.loads(taskq(nats_url, prefix, "schedules", "ls", "--json").stdout)
+        assert [(s["name"], s["expression"]) for s in listed] == [
+            ("periodic.heartbeat", "@every 1s")
+        ]
+        removed = taskq(nats_url, prefix, "schedules", "rm", "periodic.heartbeat")
+        assert removed.returncode == 0, removed.stderr
+        await asyncio.sleep(1.5)
+        settled = worker.stats["succeeded"]
+        await asyncio.sleep(2.5)
+        assert worker.stats["succeeded"] == settled  # no more firings
+    assert "no schedules" in taskq(nats_url, prefix, "schedules", "ls").stdout
+    assert taskq(nats_url, prefix, "schedules", "rm", "periodic.heartbeat").returncode == 2
+    await app.aclose()
+
+
+async def test_periodic_registration_is_idempotent_and_prune_removes_stale(
+    nats_url: str, prefix: str
+) -> None:
+    app = App(url=nats_url, prefix=prefix)
+
+    @app.periodic(cron="0 0 3 * * *")
+    async def nightly() -> None: ...
+
+    async with running_worker(app):
+        pass
+    async with running_worker(app):  # second start: same schedule, not duplicated
+        pass
+    listed = json.loads(taskq(nats_url, prefix, "schedules", "ls", "--json").stdout)
+    assert [(s["name"], s["expression"]) for s in listed] == [("periodic.nightly", "0 0 3 * * *")]
+    pruned = taskq(nats_url, prefix, "schedules", "prune", "tests.apps.periodic:app")
+    assert pruned.returncode == 0 and "pruned 1" in pruned.stdout
+    assert "no schedules" in taskq(nats_url, prefix, "schedules", "ls").stdout
+    await app.aclose()
+
+
+def test_bad_schedules_fail_at_declaration() -> None:
+    app = App(prefix="p")
+    with pytest.raises(ConfigError):
+        app.periodic(cron="*/5 * * * *")(lambda: None)  # 5 fields: seconds are required
+    with pytest.raises(ConfigError):
+        app.periodic(every=0.5)(lambda: None)
+    with pytest.raises(ConfigError):
+        app.periodic()(lambda: None)
