@@ -10,12 +10,14 @@ from taskq.errors import (
     PermissionDenied,
     Reject,
     Retry,
+    TaskFailed,
     TaskqError,
     TaskTimeout,
     TransientError,
 )
 from taskq.handle import TaskHandle
 from taskq.task import Task
+from taskq.workflows import GroupHandle, Signature, chain, chord, group
 
 __version__ = "0.1.0"
 
@@ -25,13 +27,19 @@ __all__ = [
     "BrokerError",
     "ConfigError",
     "ConnectError",
+    "GroupHandle",
     "PayloadTooLarge",
     "PermissionDenied",
     "Reject",
     "Retry",
+    "Signature",
     "Task",
+    "TaskFailed",
     "TaskHandle",
     "TaskTimeout",
     "TaskqError",
     "TransientError",
+    "chain",
+    "chord",
+    "group",
 ]

@@ -21,6 +21,7 @@ from taskq.policy import RetryPolicy
 if TYPE_CHECKING:
     from taskq.app import App
     from taskq.handle import TaskHandle
+    from taskq.workflows import Signature
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -239,6 +240,13 @@ class Task(Generic[P, R]):
     async def enqueue_many(self, items: Iterable[Any]) -> list[TaskHandle]:
         """Enqueue many runs, pipelined; each item is an args list, a kwargs dict or a value."""
         return await TaskCall(self, CallOptions()).enqueue_many(items)
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """A signature (this task with arguments) for chain, group and chord."""
+        from taskq.workflows import Signature
+
+        # not validated here: a chain step's arguments are completed by the previous result
+        return Signature(self, tuple(args), dict(kwargs))
 
 
 @dataclass(frozen=True)

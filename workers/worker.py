@@ -30,8 +30,9 @@ from taskq.errors import (
     UnknownTaskError,
 )
 from taskq.jetstream import Broker, Delivery, Puller
-from taskq.policy import Ack, Dead, Decision, Failure, Nak, Outcome, decide
+from taskq.policy import Ack, Dead, Decision, Failure, Nak, Outcome, Success, decide
 from taskq.results import store as store_result
+from taskq.workflows import advance, final_id
 from taskq.retrying import retry_transient
 from taskq.task import Task
 from workers.execute import run_attempt
@@ -290,12 +291,21 @@ class Worker:
         self._log(job, decision, outcome)
 
     async def _record(self, job: _Job, decision: Decision, outcome: Outcome | None) -> None:
-        if job.envelope is None:
+        envelope = job.envelope
+        if envelope is None:
             return  # undecodable: no task id anyone could wait on
-        record = result_record(job.task, job.envelope.task, decision, outcome,
+        broker = self._broker_or_fail()
+        record = result_record(job.task, envelope.task, decision, outcome,
                                job.delivery.num_delivered)
         if record is not None:
-            await store_result(self.app, self._broker_or_fail(), job.envelope.id, record)
+            await store_result(self.app, broker, envelope.id, record)
+        if envelope.flow is None:
+            return
+        if isinstance(decision, Ack) and isinstance(outcome, Success):
+            await advance(self.app, broker, envelope, outcome.value)  # before the ack
+        elif isinstance(decision, Dead) and record is not None and final_id(envelope):
+            # the workflow fails visibly: its final task reports this member's error
+            await store_result(self.app, broker, str(final_id(envelope)), record)
 
     async def _dead_letter(self, job: _Job, dead: Dead, outcome: Outcome | None) -> None:
         """DLQ record first (acknowledged), then TERM: the message is never in neither place."""
