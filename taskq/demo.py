@@ -90,10 +90,17 @@ async def _demo(app: App, burst: int) -> int:
     ok = ok and await _wait(lambda: worker.stats["succeeded"] >= 3 + burst)
     drain_s = time.perf_counter() - started
     dead = await _dead_letters(app)
+    from taskq.commands.queues import table
+    from taskq.queue_stats import snapshot
+
+    queues = table(await snapshot(app, None, 0))
     worker.stop()
     await running
     await app.aclose()
     _summary(worker.stats, dead, burst, enqueue_s, drain_s)
+    click.echo("")
+    click.echo("queues (taskq queues)")
+    click.echo(queues)
     return 0 if ok else 1
 
 

@@ -7,22 +7,8 @@ from typing import Any
 
 import click
 
-from taskq.app import App
 from taskq.cli import Context, pass_ctx, run_async
-
-
-async def discover_queues(app: App) -> list[str]:
-    """Queue names of this prefix, read from the queue streams' subjects on the server."""
-    broker = await app.broker()
-    head = f"{app.names.prefix}.q."
-    queues = []
-    for name in await broker.stream_names():
-        if not name.startswith(f"{app.names.prefix.upper()}_Q_"):
-            continue
-        for subject in await broker.stream_subjects(name) or ():
-            if subject.startswith(head) and subject.endswith(".>"):
-                queues.append(subject[len(head) : -2])
-    return sorted(set(queues))
+from taskq.queue_stats import discover_queues
 
 
 @click.group()

@@ -1,0 +1,70 @@
+"""`taskq queues`: waiting, in flight, per task, dead letters, throughput."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from taskq import App, Reject
+from taskq.queue_stats import snapshot
+from tests.conftest import ROOT, running_worker, wait_until
+
+
+def taskq(url: str, prefix: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "taskq", "--url", url, "--prefix", prefix, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+async def test_queues_reports_waiting_per_task_and_dead(
+    app: App, nats_url: str, prefix: str
+) -> None:
+    @app.task
+    async def a() -> None: ...
+
+    @app.task(queue="emails")
+    async def b() -> None: ...
+
+    @app.task(max_retries=0)
+    async def bad() -> None:
+        raise Reject("no")
+
+    async with running_worker(app, queues=["default"]) as worker:
+        await bad.enqueue()
+        await wait_until(lambda: worker.stats["dead"] == 1)
+    await a.enqueue_many(range(0))
+    for _ in range(3):
+        await a.enqueue()
+    await b.enqueue()
+    out = taskq(nats_url, prefix, "queues", "--json", "--interval", "0")
+    assert out.returncode == 0, out.stderr
+    stats = {s["queue"]: s for s in json.loads(out.stdout)}
+    assert set(stats) == {"default", "emails"}
+    assert stats["default"]["waiting"] == 3 and stats["default"]["per_task"] == {"a": 3}
+    assert stats["default"]["dead"] == 1 and stats["default"]["in_flight"] == 0
+    assert stats["emails"]["waiting"] == 1 and stats["emails"]["per_task"] == {"b": 1}
+    table = taskq(nats_url, prefix, "queues", "--interval", "0").stdout
+    assert "WAITING" in table and "a=3" in table
+
+
+async def test_queues_throughput_over_an_interval(app: App) -> None:
+    @app.task
+    async def tick(i: int) -> None: ...
+
+    async with running_worker(app):
+        import asyncio
+
+        async def produce() -> None:
+            for i in range(300):
+                await tick.enqueue(i)
+
+        producing = asyncio.create_task(produce())
+        stats = await snapshot(app, ["default"], 0.5)
+        await producing
+    assert stats[0].enqueued_per_s > 0 and stats[0].settled_per_s > 0
