@@ -6,8 +6,8 @@ import asyncio
 import inspect
 import threading
 import weakref
-from dataclasses import replace
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, overload
 
@@ -24,6 +24,7 @@ from taskq.retrying import retry_transient
 from taskq.schedules import Periodic, due_time, expression, publish_delayed
 from taskq.settings import Settings
 from taskq.task import CallOptions, Task
+from taskq.telemetry import producing
 from taskq.topology import queue_stream
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -264,9 +265,10 @@ class App:
         headers = {MSG_ID: msg_id or envelope.id, TASK_HEADER: envelope.task}
         subject = self.names.queue_subject(queue, envelope.task)
         body = envelope.encode()
-        ack = await retry_transient(
-            lambda: broker.publish(subject, body, headers), what=f"enqueue of {envelope.task}"
-        )
+        with producing(subject, queue, envelope, headers):  # adds traceparent when tracing
+            ack = await retry_transient(
+                lambda: broker.publish(subject, body, headers), what=f"enqueue of {envelope.task}"
+            )
         return TaskHandle(envelope.id, envelope.task, queue, ack.seq, ack.duplicate, self)
 
 

@@ -196,6 +196,11 @@ class Delivery:
     def headers(self) -> dict[str, str]:
         return dict(self._msg.headers or {})
 
+    @property
+    def raw_headers(self) -> dict[str, str] | None:
+        """The headers as received (not copied): for read-only use such as trace context."""
+        return self._msg.headers
+
     def header(self, name: str) -> str | None:
         headers = self._msg.headers
         return headers.get(name) if headers else None

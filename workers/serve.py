@@ -14,6 +14,7 @@ import signal
 
 from taskq.app import App
 from workers.logs import BufferedStreamHandler
+from workers.otel import configure_from_env
 from workers.worker import Worker
 
 log = logging.getLogger("taskq.worker")
@@ -22,6 +23,7 @@ log = logging.getLogger("taskq.worker")
 async def serve(
     app: App, queues: list[str] | None, *, concurrency: int = 16, grace: float = 30.0
 ) -> None:
+    configure_from_env()  # OpenTelemetry SDK, only if OTEL_* asks for it
     worker = Worker(app, queues, concurrency=concurrency, grace=grace)
     loop = asyncio.get_running_loop()
     handler = next(

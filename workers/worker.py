@@ -32,13 +32,14 @@ from taskq.errors import (
 from taskq.jetstream import Broker, Delivery, Puller
 from taskq.policy import Ack, Dead, Decision, Failure, Nak, Outcome, Success, decide
 from taskq.results import store as store_result
-from taskq.workflows import advance, final_id
 from taskq.retrying import retry_transient
 from taskq.task import Task
+from taskq.telemetry import processing, settled
+from taskq.workflows import advance, final_id
 from workers.execute import run_attempt
 from workers.lease import Leases
-from workers.outcomes import result_record
 from workers.logs import MAY_WAIT
+from workers.outcomes import result_record
 from workers.setup import QueueSetup, prepare
 from workers.slots import Slots
 from workers.spark_jobs import SparkExecutor
@@ -244,13 +245,22 @@ class Worker:
         except ArgumentsError as exc:
             return Dead("permanent", str(exc)), Failure(exc)
         job.started = time.monotonic()
-        with self._leases.hold(d, self._setups[job.queue].ack_wait):
+        setup = self._setups[job.queue]
+        with (
+            self._leases.hold(d, setup.ack_wait),
+            processing(d.subject, job.queue, job.envelope, d.raw_headers, d.num_delivered,
+                       setup.durable) as span,
+        ):
             if task.executor == "spark":
                 tid = job.envelope.id
                 outcome = await self._spark.run(task, args, kwargs, tid, self._slots.lent)
             else:
                 outcome = await run_attempt(task, args, kwargs, self._threads)
-        return decide(task.policy, d.num_delivered, outcome), outcome
+            decision = decide(task.policy, d.num_delivered, outcome)
+            error = outcome.error if isinstance(outcome, Failure) else None
+            settled(span, _verdict(decision), job.queue, task.name,
+                    time.monotonic() - job.started, error)
+        return decision, outcome
 
     def _decode(self, job: _Job) -> Envelope:
         d = job.delivery
@@ -347,6 +357,10 @@ class Worker:
             log.warning("retry %s in %.1fs: %r", head, decision.delay, error)
         else:
             log.error("dead-lettered %s (%s): %s", head, decision.reason, _why(decision, outcome))
+
+
+def _verdict(decision: Decision) -> str:
+    return "ack" if isinstance(decision, Ack) else "nak" if isinstance(decision, Nak) else "dead"
 
 
 def _why(decision: Dead, outcome: Outcome | None) -> str:
