@@ -207,7 +207,11 @@ class App:
         key = (id(broker), queue)
         if key in self._ready_queues:
             return
-        await broker.ensure_stream(queue_stream(self.names, self.settings, queue))
+        spec = queue_stream(self.names, self.settings, queue)
+        # Look before creating: a producer may lack stream-create rights (workers and
+        # operators create streams and apply config drift); a missing stream is created.
+        if await broker.stream_subjects(spec.name) is None:
+            await broker.ensure_stream(spec)
         self._ready_queues.add(key)
 
     async def aclose(self) -> None:

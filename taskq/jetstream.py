@@ -12,6 +12,7 @@ import contextlib
 import json
 import logging
 import ssl
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -128,6 +129,9 @@ def _translate(exc: Exception) -> TaskqError | None:
     if isinstance(exc, nats.errors.MaxPayloadError):
         return BrokerError(f"message over the server's max_payload: {exc}")
     if isinstance(exc, nats.errors.TimeoutError | asyncio.TimeoutError | TimeoutError):
+        refused = _recent_violation()
+        if refused:
+            return PermissionDenied(f"NATS refused it: {refused}", None, 403)
         return TransientError("NATS request timed out")
     if isinstance(exc, nats.errors.NoRespondersError):
         return TransientError("no responders (JetStream not ready?)")
@@ -336,15 +340,37 @@ def _tls_context(settings: Settings) -> ssl.SSLContext | None:
     return ctx
 
 
+_VIOLATIONS: list[tuple[float, str]] = []  # (when, server's text), newest last
+
+
+def _recent_violation(within: float = 15.0) -> str | None:
+    """The text of a permissions violation seen in the last `within` s (consumed once)."""
+    now = time.monotonic()
+    while _VIOLATIONS:
+        when, text = _VIOLATIONS.pop()
+        if now - when <= within:
+            return text
+    return None
+
+
 class _Events:
     """Connection callbacks that stay quiet while connecting for the first time and closing."""
 
     def __init__(self) -> None:
         self.live = False
+        self.refused = False
 
     async def error(self, exc: Exception) -> None:
+        text = str(exc)
+        if isinstance(exc, nats.errors.AuthorizationError) or "authorization" in text.lower():
+            self.refused = True  # wrong credentials: reported as PermissionDenied at connect
+        if "permissions violation" in text.lower():
+            # the server refuses a publish asynchronously; the request then only times out,
+            # so remember the refusal for the timeout to be reported as what it is
+            _VIOLATIONS.append((time.monotonic(), text.strip().strip("'")))
+            del _VIOLATIONS[:-16]
         if self.live:
-            log.warning("NATS: %s", exc or type(exc).__name__)
+            log.warning("NATS: %s", text or type(exc).__name__)
 
     async def disconnected(self) -> None:
         if self.live:
@@ -406,7 +432,7 @@ class Broker:
             ) from None
         except (TimeoutError, nats.errors.Error, OSError) as exc:
             last = getattr(client, "_err", None)
-            if isinstance(last, nats.errors.AuthorizationError):
+            if events.refused or isinstance(last, nats.errors.AuthorizationError):
                 raise PermissionDenied(f"NATS at {settings.url} refused the credentials") from None
             with contextlib.suppress(Exception):
                 await client.close()
@@ -701,6 +727,11 @@ class Broker:
             storage=api.StorageType.FILE,
         )
         with translated():
+            try:  # look first: readers (producers) may not have the right to create
+                self._buckets[spec.name] = await self._js.key_value(spec.name)
+                return
+            except nats.js.errors.BucketNotFoundError:
+                pass
             try:
                 self._buckets[spec.name] = await self._js.create_key_value(config)
             except nats.js.errors.BadRequestError as exc:
@@ -770,6 +801,13 @@ class Broker:
 
 
     # -- statistics and operations (issue 6) ------------------------------------------------
+    async def stream_leader(self, stream: str) -> str | None:
+        """The server name leading `stream` in a cluster (None on a single server)."""
+        with translated():
+            info = await self._js.stream_info(stream)
+        cluster = getattr(info, "cluster", None)
+        return getattr(cluster, "leader", None) if cluster is not None else None
+
 
     async def subscribe(
         self, subject: str, handler: Callable[[str, bytes], Awaitable[None]]

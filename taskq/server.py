@@ -85,9 +85,11 @@ class EmbeddedServer:
 
     def command(self) -> list[str]:
         cmd = [find_binary(), "-js", "-a", self.host, "-p", str(self.port)]
-        cmd += ["-sd", str(self.store_dir)]
         if self.config:
+            # the config file owns the store directory (a flag too would be a duplicate)
             cmd += ["-c", self.config]
+        else:
+            cmd += ["-sd", str(self.store_dir)]
         return cmd + list(self.extra_args)
 
     def spawn(self, foreground_output: bool = False) -> subprocess.Popen[bytes]:

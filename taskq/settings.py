@@ -6,6 +6,7 @@ Environment values are a trust boundary, so pydantic validates them.
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -30,6 +31,7 @@ ENV_FIELDS: dict[str, str] = {
     "TASKQ_TLS_KEY": "tls_key",
     "TASKQ_REPLICAS": "replicas",
     "TASKQ_SPARK_MASTER": "spark_master",
+    "TASKQ_SPARK_CONF": "spark_conf",
 }
 
 
@@ -62,6 +64,17 @@ class Settings(BaseModel):
     max_ack_pending: int = Field(default=20_000, ge=1)
     spark_master: str = "local[*]"
     spark_conf: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("spark_conf", mode="before")
+    @classmethod
+    def _spark_conf(cls, value: Any) -> Any:
+        # from the environment it is a JSON object: TASKQ_SPARK_CONF='{"spark.cores.max": "4"}'
+        if isinstance(value, str):
+            try:
+                return json.loads(value)
+            except ValueError:
+                raise ValueError("must be a JSON object of Spark conf keys and values") from None
+        return value
 
     @field_validator("prefix")
     @classmethod

@@ -39,6 +39,7 @@ class SparkExecutor:
         self._owns_runtime = runtime is None
         self._batchers: dict[str, Batcher] = {}
         spark_tasks = [t for t in tasks if t.executor == "spark"]
+        self.runtime.pools.update(pool_of(t) for t in spark_tasks)
         if spark_tasks:  # fail at start, with the fix, rather than on every attempt
             self.runtime.check()
             batch = [t.name for t in spark_tasks if t.batch is not None]

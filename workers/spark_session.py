@@ -23,11 +23,13 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
+from xml.sax.saxutils import escape
 
 from taskq.errors import SparkUnavailable, TaskTimeout
 from taskq.settings import Settings
@@ -58,6 +60,8 @@ ALWAYS = {
 NOT_SHIPPED = frozenset({"__main__", "taskq", "workers", "dlq", "pyspark", "py4j"})
 CANCEL_EVERY = 0.5  # seconds between repeated cancels while a cancelled call winds down
 CANCEL_WAIT = 10.0  # then the thread is left to finish on its own
+STOP_WAIT = 30.0  # seconds a session gets to stop at shutdown
+ALLOCATION = "spark.scheduler.allocation.file"
 
 
 class SparkRuntime:
@@ -76,6 +80,9 @@ class SparkRuntime:
         self._lock = threading.Lock()
         self._threads = ThreadPoolExecutor(threads, thread_name_prefix="taskq-spark")
         self._shipped: set[str] = set()
+        self._scanned: dict[str, int] = {}  # package -> size of sys.modules when scanned
+        self.pools: set[str] = set()  # FAIR pools to declare when the session starts
+        self._pools_file: str | None = None
 
     @classmethod
     def attach(cls, session: Any, settings: Settings | None = None) -> SparkRuntime:
@@ -126,7 +133,10 @@ class SparkRuntime:
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder = SparkSession.builder.appName("taskq-worker")
         builder = builder.remote(self.master) if self.is_connect else builder.master(self.master)
-        for key, value in self.conf.items():
+        conf = dict(self.conf)
+        if self.pools and not self.is_connect and ALLOCATION not in conf:
+            self._pools_file = conf[ALLOCATION] = write_pools(self.pools)
+        for key, value in conf.items():
             builder = builder.config(key, value)
         try:
             session = builder.getOrCreate()
@@ -135,7 +145,6 @@ class SparkRuntime:
                 f"Spark did not start on master {self.master!r} ({_first_line(exc)})",
                 f"check TASKQ_SPARK_MASTER and spark_conf; {JAVA_FIX}",
             ) from exc
-        self._ship_module(spark_items)  # the partition function of batch tasks
         return session
 
     async def stop(self) -> None:
@@ -143,9 +152,14 @@ class SparkRuntime:
         threads."""
         session, self._session = self._session, None
         if session is not None and self.owned:
+            # not on our pool, whose threads may be stuck in driver code; stop() also
+            # cancels whatever jobs are still running
             with contextlib.suppress(Exception):
-                await asyncio.get_running_loop().run_in_executor(self._threads, session.stop)
+                await asyncio.wait_for(asyncio.to_thread(session.stop), STOP_WAIT)
         self._threads.shutdown(wait=False, cancel_futures=True)
+        if self._pools_file is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self._pools_file)
 
     # -- shipping code to the executors -----------------------------------------------------
     def ship(self, fn: Callable[..., Any]) -> None:
@@ -154,10 +168,13 @@ class SparkRuntime:
         Every loaded module of the function's top-level package that is not an installed
         distribution goes by value (its functions and classes travel with the job).
         """
+        if spark_items.__name__ not in self._shipped:  # the partition function of batches
+            self._ship_module(spark_items)
         module = getattr(fn, "__module__", None) or "__main__"
         top = module.partition(".")[0]
-        if top in NOT_SHIPPED:
-            return  # __main__ is pickled by value anyway
+        if top in NOT_SHIPPED or self._scanned.get(top) == len(sys.modules):
+            return  # __main__ is pickled by value anyway; nothing new imported since
+        self._scanned[top] = len(sys.modules)
         for name, mod in list(sys.modules.items()):
             if (name == top or name.startswith(top + ".")) and name not in self._shipped:
                 if _is_project_code(mod):
@@ -250,6 +267,21 @@ def session_conf(settings: Settings) -> dict[str, str]:
     conf.update(ALWAYS)
     conf.update(settings.spark_conf)
     return conf
+
+
+def write_pools(pools: set[str]) -> str:
+    """A FAIR scheduler allocation file declaring `pools` (Spark warns about undeclared
+    pools once each); returns its path."""
+    entries = "".join(
+        f'  <pool name="{escape(name)}"><schedulingMode>FIFO</schedulingMode>'
+        "<weight>1</weight><minShare>0</minShare></pool>\n"
+        for name in sorted(pools)
+    )
+    with tempfile.NamedTemporaryFile(
+        "w", prefix="taskq-pools-", suffix=".xml", delete=False
+    ) as file:
+        file.write(f'<?xml version="1.0"?>\n<allocations>\n{entries}</allocations>\n')
+    return file.name
 
 
 def check_java() -> None:

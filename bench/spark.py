@@ -1,0 +1,82 @@
+"""Spark batch tasks beside plain tasks: the same N items, one worker, one server.
+
+    .venv/bin/python -m bench.spark --items 100000 --master 'local[2]'
+
+Measures the SparkSession's start-up, then drains a backlog of N items twice in one
+in-process worker: as a Spark batch task (`batch_size` items per Spark job) and as a plain
+`def` task on the worker's threads. The item is trivial (i * i), so this is the cost of
+taskq's path per item, not of the work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import time
+import uuid
+from typing import Any
+
+from taskq import App
+from taskq.cli import run_async
+from taskq.server import EmbeddedServer
+from workers import Worker
+from workers.spark_session import SparkRuntime
+
+
+def square(i: int) -> int:
+    return i * i
+
+
+async def drain(app: App, task: Any, items: int, runtime: SparkRuntime) -> float:
+    """Enqueue `items` runs of `task`, then time one worker emptying the queue."""
+    await task.enqueue_many(range(items))
+    worker = Worker(app, spark=runtime)
+    began = time.monotonic()
+    job = asyncio.create_task(worker.run())
+    while worker.stats["succeeded"] < items:
+        await asyncio.sleep(0.05)
+    took = time.monotonic() - began
+    worker.stop()
+    await job
+    return took
+
+
+async def measure(url: str, args: argparse.Namespace, runtime: SparkRuntime) -> dict[str, float]:
+    results: dict[str, float] = {}
+    for shape in ("batch", "plain"):
+        app = App(url=url, prefix="b" + uuid.uuid4().hex[:8])
+        if shape == "batch":
+            task = app.batch_task(batch_size=args.batch_size, max_wait=0.5)(square)
+            await drain(app, task, args.batch_size, runtime)  # warm the executors' workers
+            await app.aclose()
+            app = App(url=url, prefix="b" + uuid.uuid4().hex[:8])
+            task = app.batch_task(batch_size=args.batch_size, max_wait=0.5)(square)
+        else:
+            task = app.task(square)
+        seconds = await drain(app, task, args.items, runtime)
+        results[f"{shape} items/s"] = args.items / seconds
+        await app.aclose()
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Spark batch tasks vs plain tasks")
+    parser.add_argument("--items", type=int, default=100_000)
+    parser.add_argument("--batch-size", type=int, default=1000)
+    parser.add_argument("--master", default="local[2]")
+    args = parser.parse_args()
+    runtime = SparkRuntime(App(spark_master=args.master).settings)
+    began = time.monotonic()
+    runtime.start()
+    startup = time.monotonic() - began
+    with tempfile.TemporaryDirectory() as store, EmbeddedServer(store_dir=store) as server:
+        results = run_async(measure(server.url, args, runtime))
+    asyncio.run(runtime.stop())
+    print(f"spark session start-up ({args.master}): {startup:.1f}s")
+    for name, value in results.items():
+        print(f"{args.items} items, {name}: {value:,.0f}")
+
+
+if __name__ == "__main__":
+    main()

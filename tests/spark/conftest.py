@@ -1,0 +1,58 @@
+"""Spark fixtures: ONE local SparkSession per test session (start-up costs ~10 s), shared by
+every worker the tests start through an attached `SparkRuntime` that never stops it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from taskq.policy import Outcome
+from taskq.settings import Settings
+from workers import Worker
+from workers.spark_session import SparkRuntime
+
+STARTED: dict[str, float] = {}
+
+
+@pytest.fixture(scope="session")
+def spark_session() -> Iterator[Any]:
+    pytest.importorskip("pyspark")
+    runtime = SparkRuntime(Settings(spark_master="local[2]"))
+    try:
+        runtime.check()
+    except Exception as exc:
+        pytest.skip(f"Spark unavailable: {exc}")
+    began = time.monotonic()
+    session = runtime.start()
+    STARTED["seconds"] = time.monotonic() - began
+    yield session
+    asyncio.run(runtime.stop())
+
+
+@pytest.fixture
+async def spark(spark_session: Any) -> AsyncIterator[SparkRuntime]:
+    """A runtime on the shared session, for one test's workers (`running_worker(spark=...)`)."""
+    runtime = SparkRuntime.attach(spark_session)
+    yield runtime
+    await runtime.stop()
+
+
+def spy_outcomes(worker: Worker) -> list[tuple[str, Outcome | None]]:
+    """Record (task id, outcome) for every message `worker` settles from now on."""
+    seen: list[tuple[str, Outcome | None]] = []
+    settle = worker._settle
+
+    async def spy(job: Any, decision: Any, outcome: Outcome | None) -> None:
+        seen.append((job.envelope.id if job.envelope else "?", outcome))
+        await settle(job, decision, outcome)
+
+    worker._settle = spy  # type: ignore[method-assign]
+    return seen
+
+
+def active_jobs(session: Any) -> list[int]:
+    return list(session.sparkContext.statusTracker().getActiveJobsIds())

@@ -1,0 +1,67 @@
+"""A 3-node cluster: tasks on R3 streams survive a SIGKILL of the stream leader."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tests.apps import reliable
+from tests.cluster import Cluster
+from tests.conftest import WorkerProcess, wait_until
+from tests.reliability.ledger import account, all_done, runs
+
+SPEC = "tests.apps.reliable:app"
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
+    nodes = Cluster(tmp_path).start()
+    try:
+        await nodes.ready()
+        yield nodes
+    finally:
+        nodes.stop()
+
+
+async def run_leader_kill(cluster: Cluster, tmp_path: Path, tasks: int) -> None:
+    prefix = "c" + str(int(time.time() * 1000) % 10**8)
+    ledger = tmp_path / "ledger.txt"
+    app = reliable.app
+    app.configure(url=cluster.url, prefix=prefix, replicas=3)
+    env = {"TASKQ_TEST_LEDGER": str(ledger), "TASKQ_REPLICAS": "3"}
+    workers = [WorkerProcess(cluster.url, prefix, SPEC, "-c", "32", env=env) for _ in range(2)]
+    try:
+        for worker in workers:
+            await worker.wait_ready(60)
+        ids = [f"k{i:05d}" for i in range(tasks)]
+        await reliable.awork.enqueue_many([{"tid": tid} for tid in ids])
+        await wait_until(lambda: len(runs(ledger)) >= tasks // 5, timeout=60)
+        broker = await app.broker()
+        leader = await broker.stream_leader(app.names.queue_stream("default"))
+        assert leader in cluster.names, leader
+        killed_at = time.monotonic()
+        cluster.kill(leader)  # SIGKILL the stream leader mid-run
+        done_at_kill = len(runs(ledger))
+        await wait_until(lambda: len(runs(ledger)) > done_at_kill + 50, timeout=60)
+        stall = time.monotonic() - killed_at
+        await wait_until(lambda: all_done(ledger, ids), timeout=120)
+        result = await account(app, ids, ledger)
+        print(result.line("cluster leader kill", 1), f"stall<={stall:.1f}s")
+        assert result.lost == 0 and result.succeeded == tasks, result
+    finally:
+        await app.aclose()
+        for worker in workers:
+            worker.close()
+
+
+async def test_stream_leader_killed_mid_run_loses_nothing(cluster: Cluster, tmp_path: Path) -> None:
+    await run_leader_kill(cluster, tmp_path, 5000)
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(900)
+async def test_stream_leader_killed_soak(cluster: Cluster, tmp_path: Path) -> None:
+    await run_leader_kill(cluster, tmp_path, 20000)

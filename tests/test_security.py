@@ -1,0 +1,70 @@
+"""Roles from deploy/nats/accounts.conf on a real server: each can do its job and is refused
+what it must not do, with a clear PermissionDenied (not a hang)."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from taskq import App, PermissionDenied
+from taskq.server import EmbeddedServer
+from tests.conftest import ROOT, running_worker, wait_until
+
+
+@pytest.fixture(scope="module")
+def secure_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
+    root = tmp_path_factory.mktemp("secure")
+    shutil.copy(ROOT / "deploy" / "nats" / "accounts.conf", root / "accounts.conf")
+    config = root / "server.conf"
+    config.write_text(f'jetstream {{ store_dir: "{root / "store"}" }}\ninclude accounts.conf\n')
+    server = EmbeddedServer(
+        store_dir=root / "store", config=str(config), log_file=root / "server.log"
+    )
+    server.start()
+    yield server
+    server.stop()
+
+
+def role(server: EmbeddedServer, user: str) -> App:
+    return App(
+        url=server.url, prefix="taskq", user=user, password=f"{user}-secret", max_deliver_floor=20
+    )
+
+
+async def test_each_role_does_its_job_and_no_more(secure_server: EmbeddedServer) -> None:
+    operator, producer, worker_app = (
+        role(secure_server, u) for u in ("operator", "producer", "worker")
+    )
+    seen: list[int] = []
+
+    for app in (producer, worker_app):
+
+        @app.task(name="work")
+        async def work(n: int) -> int:
+            seen.append(n)
+            return n
+
+    async with running_worker(worker_app) as worker:  # worker: set-up, consume, settle
+        handle = await producer.tasks["work"].enqueue(7)  # producer: enqueue
+        await wait_until(lambda: worker.stats["succeeded"] == 1)
+        assert await handle.result(timeout=10) == 7  # producer: read its result
+    assert seen == [7]
+
+    from dlq.purge import purge_all
+
+    started = time.monotonic()
+    with pytest.raises(PermissionDenied) as info:
+        await purge_all(producer)  # a producer must not purge the DLQ
+    assert time.monotonic() - started < 20 and "permissions violation" in str(info.value).lower()
+    assert await purge_all(operator) == 0  # the operator may
+    for app in (operator, producer, worker_app):
+        await app.aclose()
+
+
+async def test_wrong_password_is_a_clear_error(secure_server: EmbeddedServer) -> None:
+    app = App(url=secure_server.url, user="producer", password="wrong")
+    with pytest.raises(PermissionDenied):
+        await app.broker()
