@@ -58,19 +58,39 @@ def load_app(spec: str) -> App:
 
 
 class Context:
-    """Global options shared by every command."""
+    """Global options shared by every command (connection and security settings)."""
 
-    def __init__(self, url: str | None, prefix: str | None) -> None:
+    def __init__(self, url: str | None, prefix: str | None, **security: str | None) -> None:
         self.url = url
         self.prefix = prefix
+        self.security = {k: v for k, v in security.items() if v is not None}
 
     def app(self, spec: str | None = None) -> App:
         app = load_app(spec) if spec else App()
-        app.configure(url=self.url, prefix=self.prefix)
+        app.configure(url=self.url, prefix=self.prefix, **self.security)
         return app
 
     def settings(self) -> Settings:
-        return Settings.load(url=self.url, prefix=self.prefix)
+        return Settings.load(url=self.url, prefix=self.prefix, **self.security)
+
+
+SECURITY_OPTIONS = (
+    ("--user", "user", "TASKQ_USER"),
+    ("--password", "password", "TASKQ_PASSWORD"),
+    ("--token", "token", "TASKQ_TOKEN"),
+    ("--nkey-seed", "nkey_seed", "TASKQ_NKEY_SEED"),
+    ("--creds", "creds", "TASKQ_CREDS"),
+    ("--tls-ca", "tls_ca", "TASKQ_TLS_CA"),
+    ("--tls-cert", "tls_cert", "TASKQ_TLS_CERT"),
+    ("--tls-key", "tls_key", "TASKQ_TLS_KEY"),
+)
+
+
+def security_options(fn: Any) -> Any:
+    """The connection-security flags; each falls back to its TASKQ_* variable."""
+    for flag, dest, env in reversed(SECURITY_OPTIONS):
+        fn = click.option(flag, dest, metavar="VALUE", help=f"[env {env}]")(fn)
+    return fn
 
 
 pass_ctx = click.make_pass_decorator(Context)
@@ -84,13 +104,21 @@ pass_ctx = click.make_pass_decorator(Context)
     "--prefix", metavar="P", help="name prefix of all streams/subjects [env TASKQ_PREFIX; taskq]"
 )
 @click.option("-v", "--verbose", count=True, help="more logging (-vv for debug)")
+@security_options
 @click.version_option(package_name="taskq", prog_name="taskq")
 @click.pass_context
-def cli(ctx: click.Context, url: str | None, prefix: str | None, verbose: int) -> None:
+def cli(
+    ctx: click.Context,
+    /,
+    url: str | None,
+    prefix: str | None,
+    verbose: int,
+    **security: str | None,
+) -> None:
     """taskq: Python tasks on NATS JetStream."""
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    ctx.obj = Context(url, prefix)
+    ctx.obj = Context(url, prefix, **security)
 
 
 @cli.command()

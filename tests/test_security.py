@@ -68,3 +68,28 @@ async def test_wrong_password_is_a_clear_error(secure_server: EmbeddedServer) ->
     app = App(url=secure_server.url, user="producer", password="wrong")
     with pytest.raises(PermissionDenied):
         await app.broker()
+
+
+def test_cli_security_flags_reach_the_connection(secure_server: EmbeddedServer) -> None:
+    import subprocess
+    import sys
+
+    base = [sys.executable, "-m", "taskq", "--url", secure_server.url]
+    ok = subprocess.run(
+        [*base, "--user", "operator", "--password", "operator-secret", "queues", "--interval", "0"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert ok.returncode == 0, ok.stderr
+    bad = subprocess.run(
+        [*base, "--user", "operator", "--password", "nope", "queues"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert bad.returncode == 1 and "refused the credentials" in bad.stderr
