@@ -103,9 +103,9 @@ async def test_crashed_worker_dies_on_every_attempt(
     # attempt 1 and 2 each kill a worker; the third delivery is judged without running
     for _ in range(3):
         proc = worker_process(spec)
-        await proc.wait_ready()
+        # no wait_ready(): a worker may die on the task right after it says it is ready
         await wait_until(
-            lambda p=proc: p.proc.poll() is not None or "dead-lettered" in p.output(), timeout=20
+            lambda p=proc: p.proc.poll() is not None or "dead-lettered" in p.output(), timeout=30
         )
         if "dead-lettered" in proc.output():
             break
