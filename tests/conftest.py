@@ -27,6 +27,21 @@ from workers import Worker
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def run_cli(
+    url: str, prefix: str, *args: str, stdin: str | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """`taskq --url URL --prefix PREFIX ARGS...` as a user runs it (no terminal on stdin)."""
+    return subprocess.run(
+        [sys.executable, "-m", "taskq", "--url", url, "--prefix", prefix, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        input=stdin,
+        stdin=None if stdin is not None else subprocess.DEVNULL,
+    )
+
+
 @pytest.fixture(scope="session")
 def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
     store = tmp_path_factory.mktemp("nats-store")

@@ -14,21 +14,7 @@ from dlq.browse import Filters, list_dead
 from dlq.requeue import requeue
 from taskq import App, Reject
 from tests.apps import crashy
-from tests.conftest import ROOT, WorkerProcess, running_worker, wait_until
-
-
-def taskq(
-    url: str, prefix: str, *args: str, stdin: str | None = None, timeout: float = 120
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "taskq", "--url", url, "--prefix", prefix, *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        input=stdin,
-        stdin=None if stdin is not None else subprocess.DEVNULL,
-    )
+from tests.conftest import ROOT, WorkerProcess, run_cli, running_worker, wait_until
 
 
 async def make_dead_letters(app: App, n: int = 3) -> None:
@@ -164,7 +150,7 @@ async def test_requeue_runs_the_task_again(app: App) -> None:
 
 async def test_cli_ls_json_show_and_filters(app: App, nats_url: str, prefix: str) -> None:
     await make_dead_letters(app, 3)
-    out = taskq(nats_url, prefix, "dlq", "ls", "--json")
+    out = run_cli(nats_url, prefix, "dlq", "ls", "--json")
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)
     assert len(rows) == 4
@@ -175,11 +161,11 @@ async def test_cli_ls_json_show_and_filters(app: App, nats_url: str, prefix: str
         assert set(row["error"]) == {"type", "message"}
     assert [r["seq"] for r in rows] == sorted((r["seq"] for r in rows), reverse=True)
     only = json.loads(
-        taskq(nats_url, prefix, "dlq", "ls", "--json", "--reason", "exhausted").stdout
+        run_cli(nats_url, prefix, "dlq", "ls", "--json", "--reason", "exhausted").stdout
     )
     assert [r["task"] for r in only] == ["flaky"]
     by_task = json.loads(
-        taskq(
+        run_cli(
             nats_url,
             prefix,
             "dlq",
@@ -194,25 +180,25 @@ async def test_cli_ls_json_show_and_filters(app: App, nats_url: str, prefix: str
         ).stdout
     )
     assert len(by_task) == 2 and {r["task"] for r in by_task} == {"bad"}
-    table = taskq(nats_url, prefix, "dlq", "ls")
+    table = run_cli(nats_url, prefix, "dlq", "ls")
     assert "REASON" in table.stdout and "permanent" in table.stdout
-    shown = taskq(nats_url, prefix, "dlq", "show", str(only[0]["seq"]))
+    shown = run_cli(nats_url, prefix, "dlq", "show", str(only[0]["seq"]))
     assert shown.returncode == 0 and "Traceback" in shown.stdout and "ValueError" in shown.stdout
-    assert taskq(nats_url, prefix, "dlq", "show", only[0]["id"]).returncode == 0
-    assert taskq(nats_url, prefix, "dlq", "show", "999999").returncode == 2
-    assert taskq(nats_url, prefix, "dlq", "ls", "--since", "soon").returncode == 2
+    assert run_cli(nats_url, prefix, "dlq", "show", only[0]["id"]).returncode == 0
+    assert run_cli(nats_url, prefix, "dlq", "show", "999999").returncode == 2
+    assert run_cli(nats_url, prefix, "dlq", "ls", "--since", "soon").returncode == 2
 
 
 async def test_cli_purge_with_filters_and_confirmation(
     app: App, nats_url: str, prefix: str
 ) -> None:
     await make_dead_letters(app, 3)
-    refused = taskq(nats_url, prefix, "dlq", "purge", "--reason", "permanent")
+    refused = run_cli(nats_url, prefix, "dlq", "purge", "--reason", "permanent")
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
-    done = taskq(nats_url, prefix, "dlq", "purge", "--reason", "permanent", "--yes")
+    done = run_cli(nats_url, prefix, "dlq", "purge", "--reason", "permanent", "--yes")
     assert done.returncode == 0 and "purged 3" in done.stdout
     assert [r.reason for r in await list_dead(app)] == ["exhausted"]
-    everything = taskq(nats_url, prefix, "dlq", "purge", "--yes")
+    everything = run_cli(nats_url, prefix, "dlq", "purge", "--yes")
     assert "purged 1" in everything.stdout and await list_dead(app) == []
 
 
@@ -226,20 +212,20 @@ async def test_cli_export_import_round_trip_is_byte_exact(
         await wait_until(lambda: worker.stats["dead"] == 1)
     before = await list_dead(app)
     dump = tmp_path / "dead.jsonl"
-    out = taskq(nats_url, prefix, "dlq", "export", "-o", str(dump))
+    out = run_cli(nats_url, prefix, "dlq", "export", "-o", str(dump))
     assert out.returncode == 0 and len(dump.read_text().splitlines()) == 4
     other = prefix + "x"
-    loaded = taskq(nats_url, other, "dlq", "import", str(dump))
+    loaded = run_cli(nats_url, other, "dlq", "import", str(dump))
     assert loaded.returncode == 0 and "imported 4" in loaded.stdout, loaded.stderr
     target = App(url=nats_url, prefix=other)
     after = await list_dead(target)
     strip = [r.model_dump(exclude={"seq"}) for r in before]
     assert [r.model_dump(exclude={"seq"}) for r in after] == strip
-    again = taskq(nats_url, other, "dlq", "import", str(dump))
+    again = run_cli(nats_url, other, "dlq", "import", str(dump))
     assert "imported 0" in again.stdout  # same message ids: deduplicated
     bad = tmp_path / "bad.jsonl"
     bad.write_text("not json\n")
-    assert taskq(nats_url, other, "dlq", "import", str(bad)).returncode == 2
+    assert run_cli(nats_url, other, "dlq", "import", str(bad)).returncode == 2
     await target.aclose()
 
 
@@ -278,7 +264,7 @@ async def test_requeue_killed_halfway_then_rerun_enqueues_each_once(
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
     left = (await broker.stream_state(app.names.dlq_stream)).messages
-    rerun = taskq(nats_url, prefix, "dlq", "requeue", "--all")
+    rerun = run_cli(nats_url, prefix, "dlq", "requeue", "--all")
     assert rerun.returncode == 0, rerun.stderr
     assert (await broker.stream_state(app.names.dlq_stream)).messages == 0
     queue = await broker.stream_state(app.names.queue_stream("default"))

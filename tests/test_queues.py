@@ -3,23 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 from taskq import App, Reject
 from taskq.queue_stats import snapshot
-from tests.conftest import ROOT, running_worker, wait_until
-
-
-def taskq(url: str, prefix: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "taskq", "--url", url, "--prefix", prefix, *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
+from tests.conftest import run_cli, running_worker, wait_until
 
 
 async def test_queues_reports_waiting_per_task_and_dead(
@@ -42,14 +29,14 @@ async def test_queues_reports_waiting_per_task_and_dead(
     for _ in range(3):
         await a.enqueue()
     await b.enqueue()
-    out = taskq(nats_url, prefix, "queues", "--json", "--interval", "0")
+    out = run_cli(nats_url, prefix, "queues", "--json", "--interval", "0")
     assert out.returncode == 0, out.stderr
     stats = {s["queue"]: s for s in json.loads(out.stdout)}
     assert set(stats) == {"default", "emails"}
     assert stats["default"]["waiting"] == 3 and stats["default"]["per_task"] == {"a": 3}
     assert stats["default"]["dead"] == 1 and stats["default"]["in_flight"] == 0
     assert stats["emails"]["waiting"] == 1 and stats["emails"]["per_task"] == {"b": 1}
-    table = taskq(nats_url, prefix, "queues", "--interval", "0").stdout
+    table = run_cli(nats_url, prefix, "queues", "--interval", "0").stdout
     assert "WAITING" in table and "a=3" in table
 
 

@@ -5,15 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import statistics
-import subprocess
-import sys
 import time
 
 import pytest
 
 from taskq import App, Reject
 from taskq.errors import ResultTimeout, TaskFailed
-from tests.conftest import ROOT, running_worker
+from tests.conftest import run_cli, running_worker
 
 
 async def test_result_round_trip_and_status(app: App) -> None:
@@ -94,28 +92,7 @@ async def test_cli_result(app: App, nats_url: str, prefix: str) -> None:
     async with running_worker(app):
         handle = await greet.enqueue("taskq")
         await handle.result(timeout=10)
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "taskq",
-            "--url",
-            nats_url,
-            "--prefix",
-            prefix,
-            "result",
-            handle.id,
-            "--wait",
-            "--timeout",
-            "5",
-            "--json",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
+    out = run_cli(nats_url, prefix, "result", handle.id, "--wait", "--timeout", "5", "--json")
     assert out.returncode == 0, out.stderr
     body = json.loads(out.stdout)
     assert body["state"] == "succeeded" and body["result"] == "hello taskq"

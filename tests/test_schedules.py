@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -13,18 +11,7 @@ import pytest
 
 from taskq import App, ConfigError
 from tests.apps import periodic as periodic_app
-from tests.conftest import ROOT, running_worker, wait_until
-
-
-def taskq(url: str, prefix: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "taskq", "--url", url, "--prefix", prefix, *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
+from tests.conftest import run_cli, running_worker, wait_until
 
 
 async def test_countdown_and_eta_are_honoured_within_a_second(app: App) -> None:
@@ -60,18 +47,18 @@ async def test_periodic_task_fires_and_is_removed_by_rm(nats_url: str, prefix: s
     app.configure(url=nats_url, prefix=prefix)
     async with running_worker(app) as worker:
         await wait_until(lambda: worker.stats["succeeded"] >= 3, timeout=15)
-        listed = json.loads(taskq(nats_url, prefix, "schedules", "ls", "--json").stdout)
+        listed = json.loads(run_cli(nats_url, prefix, "schedules", "ls", "--json").stdout)
         assert [(s["name"], s["expression"]) for s in listed] == [
             ("periodic.heartbeat", "@every 1s")
         ]
-        removed = taskq(nats_url, prefix, "schedules", "rm", "periodic.heartbeat")
+        removed = run_cli(nats_url, prefix, "schedules", "rm", "periodic.heartbeat")
         assert removed.returncode == 0, removed.stderr
         await asyncio.sleep(1.5)
         settled = worker.stats["succeeded"]
         await asyncio.sleep(2.5)
         assert worker.stats["succeeded"] == settled  # no more firings
-    assert "no schedules" in taskq(nats_url, prefix, "schedules", "ls").stdout
-    assert taskq(nats_url, prefix, "schedules", "rm", "periodic.heartbeat").returncode == 2
+    assert "no schedules" in run_cli(nats_url, prefix, "schedules", "ls").stdout
+    assert run_cli(nats_url, prefix, "schedules", "rm", "periodic.heartbeat").returncode == 2
     await app.aclose()
 
 
@@ -87,11 +74,11 @@ async def test_periodic_registration_is_idempotent_and_prune_removes_stale(
         pass
     async with running_worker(app):  # second start: same schedule, not duplicated
         pass
-    listed = json.loads(taskq(nats_url, prefix, "schedules", "ls", "--json").stdout)
+    listed = json.loads(run_cli(nats_url, prefix, "schedules", "ls", "--json").stdout)
     assert [(s["name"], s["expression"]) for s in listed] == [("periodic.nightly", "0 0 3 * * *")]
-    pruned = taskq(nats_url, prefix, "schedules", "prune", "tests.apps.periodic:app")
+    pruned = run_cli(nats_url, prefix, "schedules", "prune", "tests.apps.periodic:app")
     assert pruned.returncode == 0 and "pruned 1" in pruned.stdout
-    assert "no schedules" in taskq(nats_url, prefix, "schedules", "ls").stdout
+    assert "no schedules" in run_cli(nats_url, prefix, "schedules", "ls").stdout
     await app.aclose()
 
 
