@@ -14,6 +14,7 @@ from taskq.errors import (
     TaskqError,
     TaskTimeout,
     TransientError,
+    ValidationError,
 )
 from taskq.handle import TaskHandle
 from taskq.task import Task
@@ -39,6 +40,7 @@ __all__ = [
     "TaskTimeout",
     "TaskqError",
     "TransientError",
+    "ValidationError",
     "chain",
     "chord",
     "group",

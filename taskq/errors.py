@@ -17,7 +17,11 @@ class ConfigError(TaskqError, ValueError):
     """A declaration or setting is invalid (bad queue name, bad option, ...)."""
 
 
-class ArgumentsError(TaskqError, ValueError):
+class ValidationError(TaskqError, ValueError):
+    """Input that does not validate (the base of ArgumentsError)."""
+
+
+class ArgumentsError(ValidationError):
     """Task arguments do not match the task's signature.
 
     Raised at enqueue time (nothing is published) and, in the worker, turned into a

@@ -10,7 +10,7 @@ import time
 import nats
 import pytest
 
-from taskq import App, ArgumentsError, ConfigError, Reject, Retry
+from taskq import App, ArgumentsError, ConfigError, Reject, Retry, ValidationError
 from tests.conftest import running_worker, wait_until
 
 
@@ -79,6 +79,7 @@ async def test_invalid_arguments_rejected_at_enqueue(app: App) -> None:
     with pytest.raises(ArgumentsError) as info:
         await charge.enqueue("not-a-number", 9.99)
     assert info.value.task == "charge" and "order" in str(info.value)
+    assert isinstance(info.value, ValidationError) and isinstance(info.value, ValueError)
     with pytest.raises(ArgumentsError):
         await charge.enqueue(1)  # missing argument
     with pytest.raises(ArgumentsError):
