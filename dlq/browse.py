@@ -51,8 +51,11 @@ def parse(stored: StoredMessage) -> DeadLetter:
     return record.model_copy(update={"seq": stored.seq})
 
 
-async def iter_dead(app: App, filters: Filters | None = None) -> AsyncIterator[DeadLetter]:
-    """Matching dead letters, oldest first. Unreadable messages are skipped with a warning."""
+async def iter_stored(
+    app: App, filters: Filters | None = None
+) -> AsyncIterator[tuple[StoredMessage, DeadLetter]]:
+    """Matching DLQ messages with their records, oldest first. Unreadable messages are
+    skipped with a warning; no DLQ stream yet means nothing has ever died."""
     filters = filters or Filters()
     broker = await app.broker()
     now = time.time()
@@ -65,9 +68,15 @@ async def iter_dead(app: App, filters: Filters | None = None) -> AsyncIterator[D
                 log.warning("DLQ message %d is not a dead-letter record: %s", stored.seq, exc)
                 continue
             if filters.accepts(record, now):
-                yield record
-    except NotFound:  # no DLQ stream yet: nothing has ever died
+                yield stored, record
+    except NotFound:
         return
+
+
+async def iter_dead(app: App, filters: Filters | None = None) -> AsyncIterator[DeadLetter]:
+    """Matching dead letters, oldest first."""
+    async for _, record in iter_stored(app, filters):
+        yield record
 
 
 async def list_dead(

@@ -13,7 +13,7 @@ import json
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
-from dlq.browse import Filters, parse
+from dlq.browse import Filters, iter_stored
 from dlq.record import DeadLetter
 from taskq.app import App
 from taskq.errors import TaskqError
@@ -32,15 +32,8 @@ class ImportFormatError(TaskqError, ValueError):
 
 async def export_lines(app: App, filters: Filters | None = None) -> AsyncIterator[str]:
     """One JSON line per matching dead letter, oldest first."""
-    filters = filters or Filters()
     broker = await app.broker()
-    import time
-
-    now = time.time()
-    async for stored in broker.read_stream(app.names.dlq_stream, filters.subject(app.names)):
-        record = parse(stored)
-        if not filters.accepts(record, now):
-            continue
+    async for stored, record in iter_stored(app, filters):
         line: dict[str, Any] = {
             "v": FORMAT,
             "subject": stored.subject,
@@ -59,10 +52,10 @@ def parse_line(number: int, text: str) -> dict[str, Any]:
         line = json.loads(text)
         if not isinstance(line, dict) or line.get("v") != FORMAT:
             raise ValueError(f"not an export line of format {FORMAT}")
-        base64.b64decode(line["data_b64"], validate=True)
+        DeadLetter.model_validate_json(base64.b64decode(line["data_b64"], validate=True))
         if not isinstance(line["subject"], str) or not isinstance(line["headers"], dict):
             raise ValueError("subject or headers missing")
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError) as exc:  # pydantic's ValidationError included
         raise ImportFormatError(number, str(exc)) from None
     return line
 

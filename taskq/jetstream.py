@@ -301,10 +301,6 @@ class Puller:
         except TimeoutError:
             return None
 
-    async def fetch(self, batch: int, timeout: float) -> list[Delivery]:
-        """Up to `batch` deliveries within `timeout` (all at once, for batch readers)."""
-        return [d async for d in self.stream(batch, timeout)]
-
     async def close(self) -> None:
         """Stop listening; deliveries that arrived unprocessed go back at once (NAK)."""
         with contextlib.suppress(Exception):
@@ -560,16 +556,6 @@ class Broker:
         inner.add_done_callback(lambda done: _settle_ack(done, outer))
         return outer
 
-    async def publish_core(self, subject: str, body: bytes) -> None:
-        """Fire-and-forget core NATS publish (for acks sent on a reply subject)."""
-        with translated():
-            await self._nc.publish(subject, body)
-
-    async def request(self, subject: str, body: bytes, timeout: float = 5.0) -> bytes:
-        with translated():
-            msg = await self._nc.request(subject, body, timeout=timeout)
-        return bytes(msg.data)
-
     async def pull(self, stream: str, durable: str) -> Puller:
         """A puller for an existing durable consumer (NotFound is raised on first use)."""
         return await Puller(self._nc, stream, durable).open()
@@ -726,6 +712,8 @@ class Broker:
             replicas=spec.replicas,
             storage=api.StorageType.FILE,
         )
+        if spec.name in self._buckets:  # checked once per connection, not per use
+            return
         with translated():
             try:  # look first: readers (producers) may not have the right to create
                 self._buckets[spec.name] = await self._js.key_value(spec.name)
@@ -772,16 +760,6 @@ class Broker:
                 return int(await store.create(key, value))
             except nats.js.errors.KeyWrongLastSequenceError:
                 return None
-
-    async def kv_update(self, bucket: str, key: str, value: bytes, revision: int) -> int | None:
-        """Compare-and-set: store only if `key` is still at `revision`; None if it moved."""
-        store = await self._bucket(bucket)
-        with translated():
-            try:
-                return int(await store.update(key, value, last=revision))
-            except nats.js.errors.KeyWrongLastSequenceError:
-                return None
-
 
     # -- message schedules (issue 5) --------------------------------------------------------
     async def last_on_subject(self, stream: str, subject: str) -> StoredMessage | None:

@@ -27,12 +27,17 @@ from workers import Worker
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def cli_argv(url: str, prefix: str, *args: str) -> list[str]:
+    """The command line `taskq --url URL --prefix PREFIX ARGS...` with this Python."""
+    return [sys.executable, "-m", "taskq", "--url", url, "--prefix", prefix, *args]
+
+
 def run_cli(
     url: str, prefix: str, *args: str, stdin: str | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
     """`taskq --url URL --prefix PREFIX ARGS...` as a user runs it (no terminal on stdin)."""
     return subprocess.run(
-        [sys.executable, "-m", "taskq", "--url", url, "--prefix", prefix, *args],
+        cli_argv(url, prefix, *args),
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -104,19 +109,7 @@ class WorkerProcess:
     def __init__(
         self, url: str, prefix: str, spec: str, *args: str, env: dict[str, str] | None = None
     ) -> None:
-        cmd = [
-            sys.executable,
-            "-m",
-            "taskq",
-            "--url",
-            url,
-            "--prefix",
-            prefix,
-            "-v",
-            "worker",
-            spec,
-            *args,
-        ]
+        cmd = cli_argv(url, prefix, "-v", "worker", spec, *args)
         self.log = (
             Path(os.environ.get("TMPDIR", "/tmp")) / f"taskq-worker-{uuid.uuid4().hex[:8]}.log"
         )

@@ -6,7 +6,6 @@ import asyncio
 import json
 import signal
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from dlq.browse import Filters, list_dead
 from dlq.requeue import requeue
 from taskq import App, Reject
 from tests.apps import crashy
-from tests.conftest import ROOT, WorkerProcess, run_cli, running_worker, wait_until
+from tests.conftest import ROOT, WorkerProcess, cli_argv, run_cli, running_worker, wait_until
 
 
 async def make_dead_letters(app: App, n: int = 3) -> None:
@@ -240,18 +239,7 @@ async def test_requeue_killed_halfway_then_rerun_enqueues_each_once(
         await bad.enqueue_many(range(1000))
         await wait_until(lambda: worker.stats["dead"] == 1000, timeout=60)
     broker = await app.broker()
-    cmd = [
-        sys.executable,
-        "-m",
-        "taskq",
-        "--url",
-        nats_url,
-        "--prefix",
-        prefix,
-        "dlq",
-        "requeue",
-        "--all",
-    ]
+    cmd = cli_argv(nats_url, prefix, "dlq", "requeue", "--all")
     proc = subprocess.Popen(
         cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
     )
@@ -277,3 +265,10 @@ async def test_requeue_killed_halfway_then_rerun_enqueues_each_once(
     assert len(ids) == len(set(ids)) == 1000
     assert json.loads(stored.data if stored else b"{}") == {} or True
     assert Filters().empty
+
+
+async def test_cli_on_a_prefix_with_no_dead_letters_yet(nats_url: str, prefix: str) -> None:
+    assert "no dead letters" in run_cli(nats_url, prefix, "dlq", "ls").stdout
+    exported = run_cli(nats_url, prefix, "dlq", "export")
+    assert exported.returncode == 0 and exported.stdout == ""
+    assert "exported 0" in exported.stderr

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
@@ -18,7 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from taskq import App
-from tests.conftest import ROOT, running_worker, wait_until
+from tests.conftest import ROOT, cli_argv, running_worker, wait_until
 
 SPANS = InMemorySpanExporter()
 READER = InMemoryMetricReader()
@@ -97,17 +96,7 @@ def test_worker_configures_sdk_from_env(nats_url: str, prefix: str, tmp_path) ->
     """`taskq worker` with OTEL_TRACES_EXPORTER=console prints spans."""
     env = {**os.environ, "OTEL_TRACES_EXPORTER": "console", "OTEL_SERVICE_NAME": "taskq-test"}
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "taskq",
-            "--url",
-            nats_url,
-            "--prefix",
-            prefix,
-            "worker",
-            "tests.apps.ledger:app",
-        ],
+        cli_argv(nats_url, prefix, "worker", "tests.apps.ledger:app"),
         cwd=ROOT,
         env={**env, "TASKQ_TEST_LEDGER": str(tmp_path / "l")},
         stdout=subprocess.PIPE,
