@@ -110,6 +110,24 @@ class translated:  # used like a function: `with translated():`
             raise error from None
 
 
+# Reads and admin calls that are safe to repeat ride out a leader election (a few seconds
+# in a cluster after a node dies) instead of failing on its first timed-out request.
+_ELECTION_PAUSES = (0.25, 0.5, 1.0, 2.0, 4.0)
+
+
+async def _patiently(call: Callable[[], Awaitable[T]]) -> T:
+    """`call()` with NATS errors translated, retried on TransientError (bounded, ~8 s)."""
+    for pause in _ELECTION_PAUSES:
+        try:
+            with translated():
+                return await call()
+        except TransientError as exc:
+            log.debug("retrying after %s (pause %.2fs)", exc, pause)
+            await asyncio.sleep(pause)
+    with translated():
+        return await call()
+
+
 def _translate(exc: Exception) -> TaskqError | None:
     """The taskq error for a NATS client exception (or a timeout)."""
     if isinstance(exc, nats.js.errors.NotFoundError):
@@ -478,15 +496,15 @@ class Broker:
     async def stream_subjects(self, stream: str) -> tuple[str, ...] | None:
         """The configured subjects of `stream`, or None when it does not exist."""
         try:
-            with translated():
-                info = await self._js.stream_info(stream)
+            info = await _patiently(lambda: self._js.stream_info(stream))
         except NotFound:
             return None
         return tuple(info.config.subjects or ())
 
     async def stream_state(self, stream: str, subjects_filter: str | None = None) -> StreamState:
-        with translated():
-            info = await self._js.stream_info(stream, subjects_filter=subjects_filter)
+        info = await _patiently(
+            lambda: self._js.stream_info(stream, subjects_filter=subjects_filter)
+        )
         state = info.state
         return StreamState(
             name=stream,
@@ -500,8 +518,7 @@ class Broker:
         )
 
     async def consumer_state(self, stream: str, durable: str) -> ConsumerState:
-        with translated():
-            info = await self._js.consumer_info(stream, durable)
+        info = await _patiently(lambda: self._js.consumer_info(stream, durable))
         return ConsumerState(
             name=durable,
             pending=info.num_pending or 0,
@@ -513,8 +530,7 @@ class Broker:
         )
 
     async def stream_names(self) -> list[str]:
-        with translated():
-            infos = await self._js.streams_info()
+        infos = await _patiently(self._js.streams_info)
         return [i.config.name for i in infos if i.config.name]
 
     async def delete_stream(self, stream: str) -> None:
@@ -574,8 +590,9 @@ class Broker:
         self, stream: str, seq: int, *, following: bool, subject: str | None
     ) -> StoredMessage | None:
         try:
-            with translated():
-                raw = await self._js.get_msg(stream, seq=seq, next=following, subject=subject)
+            raw = await _patiently(
+                lambda: self._js.get_msg(stream, seq=seq, next=following, subject=subject)
+            )
         except NotFound:
             return None
         except BrokerError as exc:
@@ -645,18 +662,15 @@ class Broker:
         An ephemeral, unacknowledged pull consumer reads in batches: far fewer round trips
         than a direct get per message. It is deleted afterwards (and expires by itself).
         """
-        with translated():
-            info = await self._js.add_consumer(
-                stream,
-                api.ConsumerConfig(
-                    ack_policy=api.AckPolicy.NONE,
-                    deliver_policy=api.DeliverPolicy.ALL,
-                    filter_subject=subject,
-                    inactive_threshold=30.0,
-                    mem_storage=True,
-                    num_replicas=1,
-                ),
-            )
+        config = api.ConsumerConfig(
+            ack_policy=api.AckPolicy.NONE,
+            deliver_policy=api.DeliverPolicy.ALL,
+            filter_subject=subject,
+            inactive_threshold=30.0,  # a retried create that did land cleans itself up
+            mem_storage=True,
+            num_replicas=1,
+        )
+        info = await _patiently(lambda: self._js.add_consumer(stream, config))
         name = info.name or ""
         if not info.num_pending:
             await self._drop_consumer(stream, name)
@@ -781,8 +795,7 @@ class Broker:
     # -- statistics and operations (issue 6) ------------------------------------------------
     async def stream_leader(self, stream: str) -> str | None:
         """The server name leading `stream` in a cluster (None on a single server)."""
-        with translated():
-            info = await self._js.stream_info(stream)
+        info = await _patiently(lambda: self._js.stream_info(stream))
         cluster = getattr(info, "cluster", None)
         return getattr(cluster, "leader", None) if cluster is not None else None
 
