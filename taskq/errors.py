@@ -41,12 +41,24 @@ def _format(error: dict[str, Any]) -> str:
 
 
 class ConnectError(TaskqError):
-    """No NATS server answers at `url`."""
+    """No NATS server answers at `url`, or the TLS handshake with it failed (`tls` is True)."""
 
     def __init__(self, url: str, detail: str = "") -> None:
         self.url = url
         self.detail = detail
-        super().__init__(f"cannot reach NATS at {url}: start one with `taskq server`")
+        self.tls = _looks_like_tls(detail)
+        if self.tls:
+            super().__init__(
+                f"TLS with NATS at {url} failed: {detail} "
+                "(check --tls-ca, --tls-cert and --tls-key)"
+            )
+        else:
+            super().__init__(f"cannot reach NATS at {url}: start one with `taskq server`")
+
+
+def _looks_like_tls(detail: str) -> bool:
+    lowered = detail.lower()
+    return any(word in lowered for word in ("ssl", "tls", "certificate", "handshake"))
 
 
 class BrokerError(TaskqError):

@@ -373,8 +373,13 @@ class _Events:
     def __init__(self) -> None:
         self.live = False
         self.refused = False
+        self.last: Exception | None = None  # while connecting: why the last attempt failed
 
     async def error(self, exc: Exception) -> None:
+        if not self.live:
+            self.last = exc
+            if isinstance(exc, ssl.SSLError):
+                raise exc  # a TLS failure will not pass on retry: end the first connect now
         text = str(exc)
         if isinstance(exc, nats.errors.AuthorizationError) or "authorization" in text.lower():
             self.refused = True  # wrong credentials: reported as PermissionDenied at connect
@@ -393,6 +398,13 @@ class _Events:
     async def reconnected(self) -> None:
         if self.live:
             log.info("NATS: reconnected")
+
+
+def _describe(exc: BaseException) -> str:
+    """One line for a connect failure (ssl errors carry the useful part in `reason`)."""
+    if isinstance(exc, ssl.SSLError):
+        return f"{exc.reason or type(exc).__name__}: {getattr(exc, 'verify_message', '') or exc}"
+    return str(exc) or type(exc).__name__
 
 
 def _connect_options(settings: Settings, name: str, events: _Events) -> dict[str, Any]:
@@ -438,19 +450,25 @@ class Broker:
         """Connect, or raise ConnectError naming the URL when no server answers."""
         events = _Events()
         client = Client()
+        options = _connect_options(settings, name, events)
+        # nats-py can wait forever on a socket closed after a failed TLS handshake: bound
+        # the first connect (each server, tried twice) and report the error seen last
+        budget = 2 * len(options["servers"]) * (settings.connect_timeout + 1.0) + 1.0
         try:
-            await client.connect(**_connect_options(settings, name, events))
+            async with asyncio.timeout(budget):
+                await client.connect(**options)
         except nats.errors.AuthorizationError as exc:
             raise PermissionDenied(
                 f"NATS at {settings.url} refused the credentials: {exc}"
             ) from None
-        except (TimeoutError, nats.errors.Error, OSError) as exc:
-            last = getattr(client, "_err", None)
+        except (TimeoutError, nats.errors.Error, OSError) as exc:  # ssl.SSLError is an OSError
+            last = events.last or getattr(client, "_err", None) or exc
             if events.refused or isinstance(last, nats.errors.AuthorizationError):
                 raise PermissionDenied(f"NATS at {settings.url} refused the credentials") from None
             with contextlib.suppress(Exception):
-                await client.close()
-            raise ConnectError(settings.url, str(last or exc)) from None
+                async with asyncio.timeout(1.0):
+                    await client.close()
+            raise ConnectError(settings.url, _describe(last)) from None
         client.options["max_reconnect_attempts"] = -1  # from now on, never give up
         events.live = True
         return cls(client, settings, events)
