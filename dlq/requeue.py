@@ -20,7 +20,6 @@ from taskq.envelope import MSG_ID, TASK_HEADER, now_iso
 from taskq.errors import TaskqError
 from taskq.jetstream import PubAck
 from taskq.names import check_queue
-from taskq.retrying import retry_transient
 
 CHUNK = 256
 
@@ -72,9 +71,11 @@ async def _requeue_chunk(
     waits: list[tuple[DeadLetter, Any]] = []
     for record in chunk:
         queue = check_queue(to_queue or record.queue)
-        await retry_transient(lambda q=queue: app.ensure_queue(q), what="queue set-up")  # type: ignore[misc]
-        subject = app.names.queue_subject(queue, record.task)
-        headers = {MSG_ID: requeue_id(record), TASK_HEADER: record.task}
+        msg_id = requeue_id(record)
+        # placed by its id: a requeue run again lands in the same partition's dedup window
+        part = await app.place(queue, msg_id)
+        subject = app.names.queue_subject(queue, record.task, part)
+        headers = {MSG_ID: msg_id, TASK_HEADER: record.task}
         try:
             body = await payload(app, record)
             waits.append((record, await broker.publish_nowait(subject, body, headers)))

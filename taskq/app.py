@@ -18,6 +18,7 @@ from taskq.handle import TaskHandle
 from taskq.ids import new_id
 from taskq.jetstream import Broker
 from taskq.names import Names, check_queue, check_task
+from taskq.partitions import Part, Placement, check_partitions, layout, partitions_by_probe
 from taskq.policy import RetryPolicy
 from taskq.portal import Portal
 from taskq.retrying import retry_transient
@@ -50,7 +51,10 @@ class App:
         self._connecting: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
             weakref.WeakKeyDictionary()
         )
-        self._ready_queues: set[tuple[int, str]] = set()
+        self._ready_queues: set[tuple[int, str, Part]] = set()
+        self._declared: dict[str, int] = {}  # queue -> partitions, as declared in code
+        self._learned: dict[tuple[int, str], int] = {}  # (connection, queue) -> from server
+        self._placement = Placement()
         self._portal: Portal | None = None
         self._portal_lock = threading.Lock()
 
@@ -110,9 +114,12 @@ class App:
         executor: str = "default",
         store_result: bool = True,
         batch: Batching | None = None,
+        partitions: int | None = None,
     ) -> Task[Any, Any]:
         task_name = check_task(name or fn.__name__)
         check_queue(queue)
+        if partitions is not None:
+            self.declare_queue(queue, partitions=partitions)
         if task_name in self.tasks:
             raise ConfigError(f"task {task_name!r} is already registered")
         if max_retries < 0:
@@ -171,6 +178,49 @@ class App:
 
         return register
 
+    def declare_queue(self, name: str, *, partitions: int = 1) -> None:
+        """Declare a queue's layout: `partitions=N` spreads it over N streams (placed on
+        different nodes of a cluster), producers choosing one per task by key hash or round
+        robin, workers consuming all of them. Undeclared queues use what the server has."""
+        check_queue(name)
+        check_partitions(name, partitions)
+        if self._declared.get(name, partitions) != partitions:
+            raise ConfigError(
+                f"queue {name!r} is already declared with {self._declared[name]} partition(s)"
+            )
+        self._declared[name] = partitions
+
+    async def queue_partitions(self, queue: str) -> int:
+        """How many partitions `queue` has: as declared, else as found on the server."""
+        declared = self._declared.get(queue)
+        if declared is not None:
+            return declared
+        broker = await self.broker()
+        key = (id(broker), queue)
+        if key not in self._learned:
+            self._learned[key] = await partitions_by_probe(broker, self.names, queue)
+        return self._learned[key]
+
+    async def place(self, queue: str, key: str | None = None) -> Part:
+        """The partition (None: unpartitioned) a new message of `queue` goes to. `key`
+        picks a partition by hash, so the same key always meets the same stream's dedup
+        window; no key: round robin."""
+        return (await self.spread(queue, 1, key))[0]
+
+    async def spread(self, queue: str, count: int, key: str | None = None) -> list[Part]:
+        """Partitions for `count` new messages: round robin, or all in the one `key` picks.
+        Every partition's stream is made on first use, so the layout on the server is
+        whole for workers and `taskq queues` that learn it from there."""
+        partitions = await retry_transient(
+            lambda: self.queue_partitions(queue), what="queue set-up"
+        )
+        for part in layout(partitions):
+            await retry_transient(
+                lambda p=part: self.ensure_queue(queue, p),  # type: ignore[misc]
+                what="queue set-up",
+            )
+        return [self._placement.pick(queue, partitions, key) for _ in range(count)]
+
     def handle(self, task_id: str, task: str = "", queue: str = "") -> TaskHandle:
         """A handle for a task id seen elsewhere (a log line, another process)."""
         return TaskHandle(task_id, task, queue, 0, False, self)
@@ -201,17 +251,20 @@ class App:
                 self._brokers[loop] = broker
         return broker
 
-    async def ensure_queue(self, queue: str) -> None:
-        """Create (or update) a queue's stream once per connection."""
+    async def ensure_queue(self, queue: str, partition: Part = None) -> None:
+        """Create a queue's stream (or one partition's) if missing, once per connection."""
         broker = await self.broker()
-        key = (id(broker), queue)
+        key = (id(broker), queue, partition)
         if key in self._ready_queues:
             return
-        spec = queue_stream(self.names, self.settings, queue)
+        spec = queue_stream(self.names, self.settings, queue, partition)
         # Look before creating: a producer may lack stream-create rights (workers and
         # operators create streams and apply config drift); a missing stream is created.
-        if await broker.stream_subjects(spec.name) is None:
+        subjects = await broker.stream_subjects(spec.name)
+        if subjects is None:
             await broker.ensure_stream(spec)
+        elif spec.subjects[0] not in subjects:  # upper-casing made two queues' names meet
+            raise ConfigError(f"stream {spec.name} already belongs to subjects {list(subjects)}")
         self._ready_queues.add(key)
 
     async def aclose(self) -> None:
@@ -220,6 +273,7 @@ class App:
         broker = self._brokers.pop(loop, None)
         if broker is not None:
             self._ready_queues = {k for k in self._ready_queues if k[0] != id(broker)}
+            self._learned = {k: v for k, v in self._learned.items() if k[0] != id(broker)}
             await broker.close()
 
     def close(self) -> None:
@@ -254,20 +308,34 @@ class App:
         envelope = self.build_envelope(task, args, kwargs, opts)
         queue = check_queue(opts.queue or task.queue)
         due = due_time(opts.countdown, opts.eta)
+        # no key: the id is fresh, so round robin is safe (a retried publish keeps its subject)
+        key = opts.partition_key or opts.key
         if due is not None and due > datetime.now(UTC):
             # a server-side one-shot schedule: no beat process, survives every restart
             envelope = replace(envelope, eta=format_time(due))
-            return await publish_delayed(self, envelope, queue, due)
-        return await self.publish_envelope(envelope, queue)
+            return await publish_delayed(self, envelope, queue, due, key)
+        return await self.publish_envelope(envelope, queue, key=key, fresh=key is None)
 
     async def publish_envelope(
-        self, envelope: Envelope, queue: str, msg_id: str | None = None
+        self,
+        envelope: Envelope,
+        queue: str,
+        msg_id: str | None = None,
+        key: str | None = None,
+        fresh: bool = False,
     ) -> TaskHandle:
-        """Publish a ready envelope to `queue` (requeue and workflows use this too)."""
-        await retry_transient(lambda: self.ensure_queue(queue), what="queue set-up")
+        """Publish a ready envelope to `queue` (requeue and workflows use this too).
+
+        On a partitioned queue `key` picks the partition; without one, the message id does
+        (a workflow step or requeue published again lands in the same dedup window), or
+        round robin when the id is `fresh` (never published before).
+        """
+        msg_id = msg_id or envelope.id
+        placed_by = key if key is not None else None if fresh else msg_id
+        part = await self.place(queue, placed_by)
+        subject = self.names.queue_subject(queue, envelope.task, part)
         broker = await self.broker()
-        headers = {MSG_ID: msg_id or envelope.id, TASK_HEADER: envelope.task}
-        subject = self.names.queue_subject(queue, envelope.task)
+        headers = {MSG_ID: msg_id, TASK_HEADER: envelope.task}
         body = envelope.encode()
         with producing(subject, queue, envelope, headers):  # adds traceparent when tracing
             ack = await retry_transient(

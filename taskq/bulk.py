@@ -42,32 +42,38 @@ async def enqueue_many(
     app = task.app
     envelopes = [app.build_envelope(task, *split(item), opts) for item in items]
     queue = check_queue(opts.queue or task.queue)
-    await retry_transient(lambda: app.ensure_queue(queue), what="queue set-up")
+    parts = await app.spread(queue, len(envelopes), opts.partition_key)
     broker = await app.broker()
-    subject = app.names.queue_subject(queue, task.name)
+    subjects = {p: app.names.queue_subject(queue, task.name, p) for p in set(parts)}
     handles: list[TaskHandle] = []
     for start in range(0, len(envelopes), WINDOW):
-        chunk = envelopes[start : start + WINDOW]
-        acks = await _publish_chunk(broker, subject, chunk)
+        chunk = [
+            (subjects[p], e)
+            for p, e in zip(
+                parts[start : start + WINDOW], envelopes[start : start + WINDOW], strict=True
+            )
+        ]
+        acks = await _publish_chunk(broker, chunk)
         handles += [
             TaskHandle(e.id, e.task, queue, a.seq, a.duplicate, app)
-            for e, a in zip(chunk, acks, strict=True)
+            for (_, e), a in zip(chunk, acks, strict=True)
         ]
     return handles
 
 
-async def _publish_chunk(broker: Broker, subject: str, chunk: list[Envelope]) -> list[PubAck]:
+async def _publish_chunk(broker: Broker, chunk: list[tuple[str, Envelope]]) -> list[PubAck]:
     waits: list[Awaitable[PubAck]] = []
-    for envelope in chunk:
+    for subject, envelope in chunk:
         headers = {MSG_ID: envelope.id, TASK_HEADER: envelope.task}
         waits.append(await broker.publish_nowait(subject, envelope.encode(), headers))
     results = await asyncio.gather(*waits, return_exceptions=True)
     acks: list[PubAck] = []
-    for envelope, result in zip(chunk, results, strict=True):
+    for (subject, envelope), result in zip(chunk, results, strict=True):
         if isinstance(result, PubAck):
             acks.append(result)
         elif isinstance(result, TaskqError):
-            # ack lost or refused for a moment: publish again; the dedup window keeps it single
+            # ack lost or refused for a moment: publish again (same subject, so the same
+            # stream's dedup window keeps it single)
             acks.append(await _republish(broker, subject, envelope))
         else:
             raise result

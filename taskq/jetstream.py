@@ -547,6 +547,11 @@ class Broker:
             max_deliver=int(info.config.max_deliver or -1),
         )
 
+    async def streams_subjects(self) -> dict[str, tuple[str, ...]]:
+        """Every stream's configured subjects, by stream name (one listing request)."""
+        infos = await _patiently(self._js.streams_info)
+        return {i.config.name: tuple(i.config.subjects or ()) for i in infos if i.config.name}
+
     async def stream_names(self) -> list[str]:
         infos = await _patiently(self._js.streams_info)
         return [i.config.name for i in infos if i.config.name]

@@ -51,34 +51,58 @@ class Names:
     def _up(self) -> str:
         return self.prefix.upper()
 
-    # queues
+    # queues: one stream per queue, or per partition (`partition` 0..N-1) when partitioned.
+    # Partitions use their own subject roots (`p`, `ps`) so that no partition stream overlaps
+    # the queue's unpartitioned stream: both may exist while a queue changes its layout.
     def queue_stream(self, queue: str, partition: int | None = None) -> str:
         base = f"{self._up}_Q_{queue.upper()}"
         return base if partition is None else f"{base}_P{partition}"
 
-    def queue_subject(self, queue: str, task: str) -> str:
-        return f"{self.prefix}.q.{queue}.{task}"
+    def queue_subject(self, queue: str, task: str, partition: int | None = None) -> str:
+        if partition is None:
+            return f"{self.prefix}.q.{queue}.{task}"
+        return f"{self.prefix}.p.{queue}.{partition}.{task}"
 
-    def queue_filter(self, queue: str) -> str:
-        return f"{self.prefix}.q.{queue}.>"
+    def queue_filter(self, queue: str, partition: int | None = None) -> str:
+        return self.queue_subject(queue, ">", partition)
 
-    def schedule_filter(self, queue: str) -> str:
-        return f"{self.prefix}.s.{queue}.>"
+    def schedule_subject(self, queue: str, schedule: str, partition: int | None = None) -> str:
+        if partition is None:
+            return f"{self.prefix}.s.{queue}.{schedule}"
+        return f"{self.prefix}.ps.{queue}.{partition}.{schedule}"
 
-    def schedule_subject(self, queue: str, schedule: str) -> str:
-        return f"{self.prefix}.s.{queue}.{schedule}"
+    def schedule_filter(self, queue: str, partition: int | None = None) -> str:
+        return self.schedule_subject(queue, ">", partition)
 
     def consumer(self, queue: str) -> str:
         return queue
 
     def parse_queue_subject(self, subject: str) -> tuple[str, str] | None:
-        """Split `<prefix>.q.<queue>.<task...>` into (queue, task); None if not of that form."""
-        head = f"{self.prefix}.q."
-        if not subject.startswith(head):
+        """Split a task subject into (queue, task); None if it is not one.
+
+        `<prefix>.q.<queue>.<task...>`, or `<prefix>.p.<queue>.<partition>.<task...>`.
+        """
+        parts = subject.split(".", 3)
+        if len(parts) < 4 or parts[0] != self.prefix:
             return None
-        rest = subject[len(head) :]
-        queue, _, task = rest.partition(".")
+        if parts[1] == "q":
+            queue, task = parts[2], parts[3]
+        elif parts[1] == "p":
+            number, _, task = parts[3].partition(".")
+            if not number.isdigit():
+                return None
+            queue = parts[2]
+        else:
+            return None
         return (queue, task) if queue and task else None
+
+    def parse_queue_filter(self, subject: str) -> tuple[str, int | None] | None:
+        """(queue, partition) for a queue stream's task filter subject; None otherwise."""
+        parsed = self.parse_queue_subject(subject)
+        if parsed is None or parsed[1] != ">":
+            return None
+        partition = subject.split(".")[3] if subject.split(".")[1] == "p" else None
+        return parsed[0], int(partition) if partition is not None else None
 
     # dead letters
     @property

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from taskq.app import App
 from taskq.errors import NotFound
+from taskq.partitions import Part, parts_on_server, queues_on_server
 
 
 @dataclass
@@ -20,6 +23,7 @@ class QueueStats:
     pulls_waiting: int  # open pull requests: roughly, idle worker fetch loops
     consumers: int
     dead: int  # records in the DLQ for this queue
+    partitions: int = 1  # streams the queue is stored in (more than one while re-laid out)
     per_task: dict[str, int] = field(default_factory=dict)  # waiting + in flight, by task
     enqueued_per_s: float = 0.0
     settled_per_s: float = 0.0
@@ -32,43 +36,55 @@ class QueueStats:
 
 async def discover_queues(app: App) -> list[str]:
     """Queue names of this prefix, read from the queue streams' subjects on the server."""
-    broker = await app.broker()
-    head = f"{app.names.prefix}.q."
-    queues = []
-    for name in await broker.stream_names():
-        if not name.startswith(f"{app.names.prefix.upper()}_Q_"):
-            continue
-        for subject in await broker.stream_subjects(name) or ():
-            if subject.startswith(head) and subject.endswith(".>"):
-                queues.append(subject[len(head) : -2])
-    return sorted(set(queues))
+    return list(await queues_on_server(await app.broker(), app.names))
 
 
-async def queue_stats(app: App, queue: str) -> QueueStats:
+async def queue_stats(app: App, queue: str, parts: list[Part] | None = None) -> QueueStats:
+    """One queue's figures, summed over every stream it has (all its partitions)."""
     broker = await app.broker()
-    names = app.names
-    stream = names.queue_stream(queue)
-    state = await broker.stream_state(stream, subjects_filter=names.queue_filter(queue))
+    if parts is None:
+        parts = await parts_on_server(broker, app.names, queue)
+    total = QueueStats(queue, 0, 0, 0, 0, 0, dead=await _dead(app, queue), partitions=0)
+    for part in parts or [None]:
+        with contextlib.suppress(NotFound):  # a stream removed meanwhile counts as empty
+            _add(total, await _stream_stats(app, queue, part))
+    total.partitions = max(1, len(parts))
+    total.per_task = dict(sorted(total.per_task.items()))
+    return total
+
+
+async def _stream_stats(app: App, queue: str, part: Part) -> QueueStats:
+    broker, names = await app.broker(), app.names
+    stream = names.queue_stream(queue, part)
+    state = await broker.stream_state(stream, subjects_filter=names.queue_filter(queue, part))
     try:
         consumer = await broker.consumer_state(stream, names.consumer(queue))
         pending, ack_pending = consumer.pending, consumer.ack_pending
         redelivered, pulls = consumer.redelivered, consumer.waiting
     except NotFound:  # no worker has ever run: everything stored is waiting
         pending, ack_pending, redelivered, pulls = state.messages, 0, 0, 0
-    head = f"{names.prefix}.q.{queue}."
-    per_task = {s[len(head) :]: n for s, n in sorted(state.subjects.items())}
+    per_task: Counter[str] = Counter()
+    for subject, count in state.subjects.items():
+        parsed = names.parse_queue_subject(subject)
+        if parsed is not None:
+            per_task[parsed[1]] += count
     return QueueStats(
-        queue=queue,
-        waiting=pending,
-        in_flight=ack_pending,
-        redelivered=redelivered,
-        pulls_waiting=pulls,
-        consumers=state.consumers,
-        dead=await _dead(app, queue),
-        per_task=per_task,
-        _last_seq=state.last_seq,
-        _messages=state.messages,
+        queue, pending, ack_pending, redelivered, pulls, state.consumers, 0,
+        per_task=dict(per_task), _last_seq=state.last_seq, _messages=state.messages,
     )
+
+
+def _add(total: QueueStats, part: QueueStats) -> None:
+    total.waiting += part.waiting
+    total.in_flight += part.in_flight
+    total.redelivered += part.redelivered
+    total.pulls_waiting += part.pulls_waiting
+    total.consumers = max(total.consumers, part.consumers)  # one shared durable per stream
+    # sequences of different streams do not compare, but their sum grows by what was added
+    total._last_seq += part._last_seq
+    total._messages += part._messages
+    for task, count in part.per_task.items():
+        total.per_task[task] = total.per_task.get(task, 0) + count
 
 
 async def _dead(app: App, queue: str) -> int:
@@ -84,13 +100,14 @@ async def _dead(app: App, queue: str) -> int:
 
 async def snapshot(app: App, queues: list[str] | None, interval: float) -> list[QueueStats]:
     """Stats of each queue, with rates measured over `interval` seconds (0: no rates)."""
-    names = queues or await discover_queues(app)
-    first = [await queue_stats(app, q) for q in names]
+    on_server = await queues_on_server(await app.broker(), app.names)
+    names = queues or list(on_server)
+    first = [await queue_stats(app, q, on_server.get(q, [])) for q in names]
     if interval <= 0:
         return first
     started = time.monotonic()
     await asyncio.sleep(interval)
-    second = [await queue_stats(app, q) for q in names]
+    second = [await queue_stats(app, q, on_server.get(q, [])) for q in names]
     elapsed = time.monotonic() - started
     for before, after in zip(first, second, strict=True):
         enqueued = after._last_seq - before._last_seq

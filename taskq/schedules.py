@@ -1,10 +1,11 @@
 """Server-side schedules (ADR-51 message schedules): delayed tasks and periodic tasks.
 
 No beat process: a schedule is a message on `<prefix>.s.<queue>.<name>` in the queue's own
-stream, carrying `Nats-Schedule` (`@at <time>`, `@every 5s`, or a 6-field cron with seconds)
-and `Nats-Schedule-Target` (the task subject). The server publishes the body to the target
-when due; a schedule subject holds one schedule, so publishing again replaces it, and
-purging the subject cancels it. Needs nats-server 2.12 or later.
+stream (`<prefix>.ps.<queue>.<partition>.<name>` in one partition's stream), carrying
+`Nats-Schedule` (`@at <time>`, `@every 5s`, or a 6-field cron with seconds) and
+`Nats-Schedule-Target` (the task subject, in the same stream). The server publishes the body
+to the target when due; a schedule subject holds one schedule, so publishing again replaces
+it, and purging the subject cancels it. Needs nats-server 2.12 or later.
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ from pydantic_core import to_json
 from taskq.envelope import MSG_ID, TASK_HEADER, Envelope
 from taskq.errors import BrokerError, ConfigError
 from taskq.handle import TaskHandle
+from taskq.partitions import Part, parts_on_server
 from taskq.retrying import retry_transient
 
 if TYPE_CHECKING:
     from taskq.app import App
+    from taskq.jetstream import Broker
 
 SCHEDULE = "Nats-Schedule"
 TARGET = "Nats-Schedule-Target"
@@ -84,24 +87,29 @@ def due_time(countdown: float | None, eta: datetime | None) -> datetime | None:
     return None
 
 
-async def publish_delayed(app: App, envelope: Envelope, queue: str, due: datetime) -> TaskHandle:
-    """Store a one-shot schedule that publishes the task at `due`."""
+async def publish_delayed(
+    app: App, envelope: Envelope, queue: str, due: datetime, key: str | None = None
+) -> TaskHandle:
+    """Store a one-shot schedule that publishes the task at `due` (in the partition `key`
+    picks on a partitioned queue: a schedule's target must be in its own stream)."""
     broker = await app.broker()
-    await retry_transient(lambda: app.ensure_queue(queue), what="queue set-up")
+    part = await app.place(queue, key)
     headers = {
         SCHEDULE: at_expression(due),
-        TARGET: app.names.queue_subject(queue, envelope.task),
+        TARGET: app.names.queue_subject(queue, envelope.task, part),
         MSG_ID: f"{envelope.id}.schedule",
         TASK_HEADER: envelope.task,
     }
-    subject = app.names.schedule_subject(queue, envelope.id)
+    subject = app.names.schedule_subject(queue, envelope.id, part)
     body = envelope.encode()
     ack = await retry_transient(lambda: _publish(broker, subject, body, headers))
     return TaskHandle(envelope.id, envelope.task, queue, ack.seq, ack.duplicate, app)
 
 
 async def register(app: App, periodic: Periodic) -> None:
-    """Create or replace one periodic schedule (idempotent: same subject, one schedule)."""
+    """Create or replace one periodic schedule (idempotent: same subject, one schedule).
+
+    On a partitioned queue the schedule's name picks its partition, so it stays put."""
     broker = await app.broker()
     body = to_json(
         {
@@ -111,20 +119,34 @@ async def register(app: App, periodic: Periodic) -> None:
             "meta": {"periodic": periodic.expression},
         }
     )
+    part = await app.place(periodic.queue, periodic.name)
     headers = {
         SCHEDULE: periodic.expression,
-        TARGET: app.names.queue_subject(periodic.queue, periodic.task),
+        TARGET: app.names.queue_subject(periodic.queue, periodic.task, part),
         TASK_HEADER: periodic.task,
     }
-    subject = app.names.schedule_subject(periodic.queue, periodic.name)
-    current = await broker.last_on_subject(app.names.queue_stream(periodic.queue), subject)
-    if (
+    subject = app.names.schedule_subject(periodic.queue, periodic.name, part)
+    stream = app.names.queue_stream(periodic.queue, part)
+    current = await broker.last_on_subject(stream, subject)
+    unchanged = (
         current is not None
         and current.headers.get(SCHEDULE) == periodic.expression
         and current.data == body
-    ):
-        return  # unchanged: re-publishing would restart an interval schedule's clock
-    await retry_transient(lambda: _publish(broker, subject, body, headers))
+    )
+    if not unchanged:  # re-publishing an unchanged one would restart an interval's clock
+        await retry_transient(lambda: _publish(broker, subject, body, headers))
+    # after a queue's layout changed, the old stream's copy would fire as well
+    await _drop_elsewhere(app, periodic.queue, periodic.name, part)
+
+
+async def _drop_elsewhere(app: App, queue: str, name: str, keep: Part) -> None:
+    broker = await app.broker()
+    for part in await parts_on_server(broker, app.names, queue):
+        if part != keep:
+            await broker.purge_stream(
+                app.names.queue_stream(queue, part),
+                subject=app.names.schedule_subject(queue, name, part),
+            )
 
 
 async def _publish(broker: Any, subject: str, body: bytes, headers: dict[str, str]) -> Any:
@@ -151,32 +173,45 @@ class ScheduleInfo:
 
 
 async def list_schedules(app: App, queues: list[str]) -> list[ScheduleInfo]:
-    """Schedules stored in the given queues' streams."""
+    """Schedules stored in the given queues' streams (every partition's)."""
     broker = await app.broker()
     found: list[ScheduleInfo] = []
     for queue in queues:
-        stream = app.names.queue_stream(queue)
-        prefix = app.names.schedule_subject(queue, "")
-        state = await broker.stream_state(stream, subjects_filter=app.names.schedule_filter(queue))
-        for subject in sorted(state.subjects):
-            stored = await broker.last_on_subject(stream, subject)
-            if stored is not None:
-                found.append(
-                    ScheduleInfo(
-                        queue,
-                        subject[len(prefix) :],
-                        stored.headers.get(SCHEDULE, "?"),
-                        stored.headers.get(TARGET, "?"),
-                        stored.seq,
-                    )
+        for part in await parts_on_server(broker, app.names, queue):
+            found += await _schedules_in(app, broker, queue, part)
+    return found
+
+
+async def _schedules_in(app: App, broker: Broker, queue: str, part: Part) -> list[ScheduleInfo]:
+    stream = app.names.queue_stream(queue, part)
+    prefix = app.names.schedule_subject(queue, "", part)
+    state = await broker.stream_state(
+        stream, subjects_filter=app.names.schedule_filter(queue, part)
+    )
+    found = []
+    for subject in sorted(state.subjects):
+        stored = await broker.last_on_subject(stream, subject)
+        if stored is not None:
+            found.append(
+                ScheduleInfo(
+                    queue,
+                    subject[len(prefix) :],
+                    stored.headers.get(SCHEDULE, "?"),
+                    stored.headers.get(TARGET, "?"),
+                    stored.seq,
                 )
+            )
     return found
 
 
 async def remove(app: App, queue: str, name: str) -> bool:
-    """Cancel a schedule by purging its subject; False if there was none."""
+    """Cancel a schedule by purging its subject (in whichever partition holds it); False
+    if there was none."""
     broker = await app.broker()
-    purged = await broker.purge_stream(
-        app.names.queue_stream(queue), subject=app.names.schedule_subject(queue, name)
-    )
+    purged = 0
+    for part in await parts_on_server(broker, app.names, queue):
+        purged += await broker.purge_stream(
+            app.names.queue_stream(queue, part),
+            subject=app.names.schedule_subject(queue, name, part),
+        )
     return purged > 0

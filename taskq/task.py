@@ -171,6 +171,7 @@ class CallOptions:
     expires: float | timedelta | datetime | None = None
     queue: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    partition_key: str | None = None  # same key, same partition (partitioned queues)
 
 
 class Task(Generic[P, R]):
@@ -223,7 +224,7 @@ class Task(Generic[P, R]):
         return self.fn(*args, **kwargs)
 
     def options(self, **options: Any) -> TaskCall:
-        """A call with options: key, countdown, eta, expires, queue, meta."""
+        """A call with options: key, countdown, eta, expires, queue, meta, partition_key."""
         try:
             return TaskCall(self, CallOptions(**options))
         except TypeError as exc:

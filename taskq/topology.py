@@ -45,32 +45,40 @@ class BucketSpec:
     replicas: int = 1
 
 
-def queue_stream(names: Names, settings: Settings, queue: str) -> StreamSpec:
-    """The work-queue stream holding a queue's tasks and its schedules."""
+def queue_stream(
+    names: Names, settings: Settings, queue: str, partition: int | None = None
+) -> StreamSpec:
+    """The work-queue stream holding a queue's tasks and its schedules (or one partition's)."""
+    where = "" if partition is None else f", partition {partition}"
     return StreamSpec(
-        name=names.queue_stream(queue),
-        subjects=(names.queue_filter(queue), names.schedule_filter(queue)),
+        name=names.queue_stream(queue, partition),
+        subjects=(names.queue_filter(queue, partition), names.schedule_filter(queue, partition)),
         retention="workqueue",
         replicas=settings.replicas,
         duplicate_window=settings.duplicate_window,
         schedules=True,
         msg_ttl=True,
-        description=f"taskq queue {queue!r}",
+        description=f"taskq queue {queue!r}{where}",
     )
 
 
 def queue_consumer(
-    names: Names, settings: Settings, queue: str, ack_wait: float, attempts: int
+    names: Names,
+    settings: Settings,
+    queue: str,
+    ack_wait: float,
+    attempts: int,
+    partition: int | None = None,
 ) -> ConsumerSpec:
-    """The shared durable pull consumer workers of `queue` fetch from.
+    """The shared durable pull consumer workers of `queue` (or of one partition) fetch from.
 
     `max_deliver` is only a backstop: workers dead-letter a task after its own number of
     attempts; the backstop stops a message that kills every worker before it can be judged.
     """
     return ConsumerSpec(
-        stream=names.queue_stream(queue),
+        stream=names.queue_stream(queue, partition),
         durable=names.consumer(queue),
-        filter_subject=names.queue_filter(queue),
+        filter_subject=names.queue_filter(queue, partition),
         ack_wait=ack_wait,
         max_deliver=settings.max_deliver or max(settings.max_deliver_floor, attempts + 1),
         max_ack_pending=settings.max_ack_pending,

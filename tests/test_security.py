@@ -47,11 +47,19 @@ async def test_each_role_does_its_job_and_no_more(secure_server: EmbeddedServer)
             seen.append(n)
             return n
 
+        @app.task(name="spread", queue="split", partitions=2)
+        async def spread(n: int) -> int:
+            seen.append(n)
+            return n
+
     async with running_worker(worker_app) as worker:  # worker: set-up, consume, settle
         handle = await producer.tasks["work"].enqueue(7)  # producer: enqueue
         await wait_until(lambda: worker.stats["succeeded"] == 1)
         assert await handle.result(timeout=10) == 7  # producer: read its result
-    assert seen == [7]
+        for n in (1, 2):  # and on both partitions of a partitioned queue
+            await producer.tasks["spread"].enqueue(n)
+        await wait_until(lambda: worker.stats["succeeded"] == 3)
+    assert sorted(seen) == [1, 2, 7]
 
     from dlq.purge import purge_all
 

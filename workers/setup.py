@@ -7,7 +7,9 @@ import logging
 from dataclasses import dataclass
 
 from taskq.app import App
+from taskq.errors import ConfigError
 from taskq.jetstream import Broker
+from taskq.partitions import Part, layout, queues_on_server
 from taskq.schedules import register
 from taskq.topology import (
     dlq_stream,
@@ -23,34 +25,62 @@ DEFAULT_ACK_WAIT = 30.0
 
 @dataclass(frozen=True)
 class QueueSetup:
+    """One stream a worker consumes: a queue's, or one partition of a queue."""
+
     queue: str
+    partition: Part
     stream: str
     durable: str
     ack_wait: float  # the consumer's real ack_wait, read back from the server
 
 
 async def prepare(app: App, broker: Broker, queues: list[str]) -> dict[str, QueueSetup]:
-    """Ensure every object the worker needs exists with the intended config."""
+    """Ensure every object the worker needs exists with the intended config; the streams
+    to consume, by stream name (every partition of every queue)."""
     names, settings = app.names, app.settings
     await broker.ensure_stream(dlq_stream(names, settings))
     await broker.ensure_bucket(results_bucket(names, settings))
+    existing = await broker.streams_subjects()
+    on_server = await queues_on_server(broker, names)
     setups: dict[str, QueueSetup] = {}
     for queue in queues:
-        tasks = [t for t in app.tasks.values() if t.queue == queue]
-        # ack_wait is a property of the shared consumer, so the queue's shortest wins: a
-        # crashed worker's task comes back as soon as the most impatient task asks.
-        ack_wait = min((t.ack_wait for t in tasks), default=DEFAULT_ACK_WAIT)
-        attempts = max((t.policy.attempts for t in tasks), default=1)
-        await broker.ensure_stream(queue_stream(names, settings, queue))
-        spec = queue_consumer(names, settings, queue, ack_wait, attempts)
-        await broker.ensure_consumer(spec)
-        state = await broker.consumer_state(spec.stream, spec.durable)
-        setups[queue] = QueueSetup(queue, spec.stream, spec.durable, state.ack_wait or ack_wait)
-    await ensure_events(app, broker, [s.stream for s in setups.values()])
+        wanted = layout(await app.queue_partitions(queue))
+        for part in wanted:
+            spec = queue_stream(names, settings, queue, part)
+            _check_not_taken(spec.name, spec.subjects[0], existing)
+            await broker.ensure_stream(spec)
+        # streams of an earlier layout (partitions added or removed) may still hold tasks
+        left = [p for p in on_server.get(queue, []) if p not in wanted]
+        for part in wanted + left:
+            setup = await _consumer(app, broker, queue, part)
+            setups[setup.stream] = setup
+    await ensure_events(app, broker, list(setups))
     for periodic in app.periodics.values():
-        if periodic.queue in setups:  # idempotent: unchanged schedules are left alone
+        if periodic.queue in queues:  # idempotent: unchanged schedules are left alone
             await register(app, periodic)
     return setups
+
+
+async def _consumer(app: App, broker: Broker, queue: str, part: Part) -> QueueSetup:
+    tasks = [t for t in app.tasks.values() if t.queue == queue]
+    # ack_wait is a property of the shared consumer, so the queue's shortest wins: a
+    # crashed worker's task comes back as soon as the most impatient task asks.
+    ack_wait = min((t.ack_wait for t in tasks), default=DEFAULT_ACK_WAIT)
+    attempts = max((t.policy.attempts for t in tasks), default=1)
+    spec = queue_consumer(app.names, app.settings, queue, ack_wait, attempts, part)
+    await broker.ensure_consumer(spec)
+    state = await broker.consumer_state(spec.stream, spec.durable)
+    return QueueSetup(queue, part, spec.stream, spec.durable, state.ack_wait or ack_wait)
+
+
+def _check_not_taken(stream: str, subject: str, existing: dict[str, tuple[str, ...]]) -> None:
+    """Stream names are upper-cased: queue `a_p1` and partition 1 of queue `a` would share
+    one. Refuse rather than re-point another queue's stream at our subjects."""
+    if stream in existing and subject not in existing[stream]:
+        raise ConfigError(
+            f"stream {stream} already belongs to other subjects {list(existing[stream])}: "
+            "rename the queue"
+        )
 
 
 async def ensure_events(app: App, broker: Broker, streams: list[str]) -> None:

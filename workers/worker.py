@@ -52,11 +52,15 @@ log = logging.getLogger("taskq.worker")
 class _Job:
     """What the worker knows about one delivery while handling it."""
 
-    queue: str
+    setup: QueueSetup
     delivery: Delivery
     envelope: Envelope | None = None
     task: Task[Any, Any] | None = None
     started: float = 0.0
+
+    @property
+    def queue(self) -> str:
+        return self.setup.queue
 
 
 class Worker:
@@ -123,7 +127,13 @@ class Worker:
             self.concurrency,
             self.app.settings.prefix,
         )
-        loops = [asyncio.create_task(self._consume(q)) for q in self.queues]
+        if len(self._setups) > self.concurrency:
+            log.warning(
+                "%d streams to consume but concurrency %d: an idle stream holds a slot while "
+                "it waits, so some wait their turn; raise -c",
+                len(self._setups), self.concurrency,
+            )
+        loops = [asyncio.create_task(self._consume(stream)) for stream in self._setups]
         if self.sweeper:
             # Every worker sweeps crash-looped messages on one shared durable consumer.
             loops.append(asyncio.create_task(run_sweeper(self.app, broker, self._stopping)))
@@ -152,34 +162,43 @@ class Worker:
             await asyncio.wait(pending, timeout=5.0)
 
     # -- fetching --------------------------------------------------------------------------
-    async def _consume(self, queue: str) -> None:
-        setup = self._setups[queue]
+    async def _consume(self, stream: str) -> None:
         puller: Puller | None = None
+        want = 1
         while not self.stopping:
-            taken = await self._slots.reserve(self.max_batch)
+            setup = self._setups[stream]
+            taken = await self._slots.reserve(want)
             if self.stopping:
                 self._slots.release(taken)
                 break
+            asked = taken
             try:
                 if puller is None:
                     puller = await self._broker_or_fail().pull(setup.stream, setup.durable)
                 # each delivery starts the moment it arrives, on a slot reserved for it
                 async for delivery in puller.stream(taken, self.fetch_timeout):
                     taken -= 1
-                    self._start(queue, delivery)
+                    self._start(setup, delivery)
             except (TransientError, BrokerError) as exc:
-                puller = await self._recover(queue, puller, exc)
+                puller = await self._recover(setup, puller, exc)
             finally:
                 self._slots.release(taken)
+            # Ask for twice what came last time: a lingering request holds its slots until
+            # it fills or expires, and another queue or partition may need them meanwhile;
+            # a backlog still reaches full batches in a few round trips.
+            want = min(self.max_batch, max(1, 2 * (asked - taken)))
         if puller is not None:
             await puller.close()
 
-    async def _recover(self, queue: str, puller: Puller | None, exc: TaskqError) -> Puller | None:
+    async def _recover(
+        self, setup: QueueSetup, puller: Puller | None, exc: TaskqError
+    ) -> Puller | None:
         """After a failed fetch: back off, and re-create the consumer if it vanished."""
-        log.warning("fetch from queue %s failed: %s", queue, exc)
+        log.warning("fetch from %s failed: %s", _where(setup), exc)
         if isinstance(exc, NotFound) or not isinstance(exc, TransientError):
             with contextlib.suppress(TaskqError):
-                self._setups.update(await prepare(self.app, self._broker_or_fail(), [queue]))
+                fresh = await prepare(self.app, self._broker_or_fail(), [setup.queue])
+                self._setups.update((s, fresh[s]) for s in self._setups.keys() & fresh.keys())
             if puller is not None:
                 await puller.close()
             puller = None
@@ -187,12 +206,12 @@ class Worker:
             await asyncio.wait_for(self._stopping.wait(), timeout=0.5)
         return puller
 
-    def _start(self, queue: str, delivery: Delivery) -> None:
+    def _start(self, setup: QueueSetup, delivery: Delivery) -> None:
         if self.stopping:
             # Fetched while stopping: hand it straight back for another worker.
             job = asyncio.create_task(self._give_back(delivery))
         else:
-            job = asyncio.create_task(self._handle(_Job(queue, delivery)))
+            job = asyncio.create_task(self._handle(_Job(setup, delivery)))
         self._running.add(job)
         job.add_done_callback(self._done)
 
@@ -245,7 +264,7 @@ class Worker:
         except ArgumentsError as exc:
             return Dead("permanent", str(exc)), Failure(exc)
         job.started = time.monotonic()
-        setup = self._setups[job.queue]
+        setup = job.setup
         with (
             self._leases.hold(d, setup.ack_wait),
             processing(d.subject, job.queue, job.envelope, d.raw_headers, d.num_delivered,
@@ -357,6 +376,11 @@ class Worker:
             log.warning("retry %s in %.1fs: %r", head, decision.delay, error)
         else:
             log.error("dead-lettered %s (%s): %s", head, decision.reason, _why(decision, outcome))
+
+
+def _where(setup: QueueSetup) -> str:
+    part = "" if setup.partition is None else f" partition {setup.partition}"
+    return f"queue {setup.queue}{part}"
 
 
 def _verdict(decision: Decision) -> str:

@@ -17,14 +17,14 @@ def table(stats: list[QueueStats]) -> str:
     if not stats:
         return "no queues"
     lines = [
-        f"{'QUEUE':14} {'WAITING':>8} {'IN FLIGHT':>9} {'REDELIV':>7} {'PULLS':>5} "
+        f"{'QUEUE':14} {'PARTS':>5} {'WAITING':>8} {'IN FLIGHT':>9} {'REDELIV':>7} {'PULLS':>5} "
         f"{'DEAD':>6} {'IN/s':>8} {'DONE/s':>8}  TASKS (stored)"
     ]
     for s in stats:
         tasks = ", ".join(f"{t}={n}" for t, n in s.per_task.items()) or "-"
         lines.append(
-            f"{s.queue[:14]:14} {s.waiting:>8} {s.in_flight:>9} {s.redelivered:>7} "
-            f"{s.pulls_waiting:>5} {s.dead:>6} {s.enqueued_per_s:>8.1f} "
+            f"{s.queue[:14]:14} {s.partitions:>5} {s.waiting:>8} {s.in_flight:>9} "
+            f"{s.redelivered:>7} {s.pulls_waiting:>5} {s.dead:>6} {s.enqueued_per_s:>8.1f} "
             f"{s.settled_per_s:>8.1f}  {tasks[:60]}"
         )
     return "\n".join(lines)
