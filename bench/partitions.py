@@ -18,25 +18,21 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.run import ROOT, fresh_prefix, spawn, wait_marker
+from bench.run import ROOT, fresh_prefix, remaining, spawn, steady_rate, wait_marker
 from taskq import App
 from tests.cluster import Cluster
 
 
 async def measure(cluster: Cluster, partitions: int, tasks: int, procs: int) -> dict[str, object]:
-    from bench.apps import noop
-
     prefix = fresh_prefix()
     producer = App(url=cluster.url, prefix=prefix, replicas=3)
-    producer.declare_queue("default", partitions=partitions)
-    producer.tasks["noop"] = noop
-    task = noop.app
-    task.configure(url=cluster.url, prefix=prefix, replicas=3)
-    task.declare_queue("default", partitions=partitions)
+
+    @producer.task(queue="default", partitions=partitions, name="noop")
+    async def noop(n: int = 0) -> None: ...  # what bench.apps:app runs in the workers
+
     start = time.perf_counter()
     await noop.enqueue_many(range(tasks))
     enqueued = tasks / (time.perf_counter() - start)
-    await task.aclose()
     broker = await producer.broker()
     streams = [producer.names.queue_stream("default", p) for p in
                ([None] if partitions == 1 else range(partitions))]
@@ -45,11 +41,10 @@ async def measure(cluster: Cluster, partitions: int, tasks: int, procs: int) -> 
            "worker", "bench.apps:app"]
     children = [spawn(cmd) for _ in range(procs)]
     try:
-        await wait_marker(children, "worker ready")
-        start = time.perf_counter()
-        while sum([(await broker.stream_state(s)).messages for s in streams]) > 0:
-            await asyncio.sleep(0.02)
-        drained = tasks / (time.perf_counter() - start)
+        drained, _ = await asyncio.gather(
+            steady_rate(lambda: remaining(broker, streams), tasks),
+            wait_marker(children, "worker ready"),
+        )
     finally:
         for child in children:
             child.kill()

@@ -160,18 +160,39 @@ async def drain(url: str, n: int, procs: int, raw: bool) -> tuple[float, list[fl
         marker = "worker ready"
     children = [spawn(cmd) for _ in range(procs)]
     try:
-        await wait_marker(children, marker)
-        start = time.perf_counter()
-        while (await broker.stream_state(stream)).messages > 0:
-            await asyncio.sleep(0.01)
-        took = time.perf_counter() - start
+        rate, _ = await asyncio.gather(
+            steady_rate(lambda: remaining(broker, [stream]), n), wait_marker(children, marker)
+        )
         rss = [psutil.Process(c.pid).memory_info().rss / 2**20 for c in children]
     finally:
         for child in children:
             child.kill()
             child.wait()
         await app.aclose()
-    return n / took, rss
+    return rate, rss
+
+
+async def remaining(broker: Any, streams: list[str]) -> int:
+    return sum([(await broker.stream_state(s)).messages for s in streams])
+
+
+async def steady_rate(count: Callable[[], Awaitable[int]], n: int) -> float:
+    """Tasks/s while the backlog of `n` goes from 90% to 10%: consumers start one after
+    another, so the first would drain alone for a while; the middle of the drain is when
+    all of them run."""
+    t90 = t10 = 0.0
+    deadline = time.monotonic() + 900
+    while (left := await count()) > 0:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"backlog not drained: {left} left")
+        now = time.perf_counter()
+        if left > 0.9 * n:
+            t90 = now
+        elif left > 0.1 * n:
+            t10 = now
+        await asyncio.sleep(0.01)
+    t10 = t10 or time.perf_counter()
+    return 0.8 * n / max(t10 - t90, 1e-3)
 
 
 def spawn(cmd: list[str]) -> subprocess.Popen[str]:

@@ -190,6 +190,7 @@ def worker(
 @click.argument("task_name", metavar="TASK")
 @click.argument("json_args", metavar="[JSON_ARGS]", required=False)
 @click.option("--key", help="idempotency key (Nats-Msg-Id): the same key enqueues once")
+@click.option("--partition-key", help="on a partitioned queue: the same key, the same partition")
 @click.option("--queue", help="override the task's queue")
 @click.option("--json", "as_json", is_flag=True, help="print the handle as JSON")
 @pass_ctx
@@ -199,6 +200,7 @@ def enqueue(
     task_name: str,
     json_args: str | None,
     key: str | None,
+    partition_key: str | None,
     queue: str | None,
     as_json: bool,
 ) -> None:
@@ -209,7 +211,7 @@ def enqueue(
         known = ", ".join(sorted(app.tasks)) or "none"
         raise click.BadParameter(f"no task {task_name!r} (known: {known})", param_hint="TASK")
     args, kwargs = parse_json_args(json_args)
-    call = task.options(key=key, queue=queue)
+    call = task.options(key=key, partition_key=partition_key, queue=queue)
 
     async def go() -> Any:
         try:

@@ -202,3 +202,12 @@ async def test_a_periodic_moves_with_its_queue_instead_of_firing_twice(
         assert [(s.name, s.target.split(".")[1]) for s in schedules] == [("periodic.report", "p")]
     finally:
         await asyncio.gather(one.aclose(), three.aclose())
+
+
+async def test_cli_enqueue_partition_key(app: App, nats_url: str, prefix: str) -> None:
+    for n in range(3):
+        out = run_cli(nats_url, prefix, "enqueue", "tests.apps.partitioned:app", "tag", f"[{n}]",
+                      "--partition-key", "k-1")
+        assert out.returncode == 0, out.stderr
+    home = app.names.queue_stream("split", partition_for("k-1", 3))
+    assert await stored(app, home) == 3
