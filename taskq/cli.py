@@ -262,11 +262,13 @@ def parse_json_args(text: str | None) -> tuple[list[Any], dict[str, Any]]:
     show_default=True,
     help="no-op tasks in the throughput burst",
 )
-def demo(burst: int) -> None:
-    """Start an embedded server and a worker, run a few tasks (a retry, a dead letter)."""
+@click.option("--no-spark", is_flag=True, help="skip the Spark tasks (no JVM is started)")
+def demo(burst: int, no_spark: bool) -> None:
+    """Start an embedded server and a worker, run a few tasks (a retry, a dead letter, a
+    Spark job and a Spark batch on a local SparkSession)."""
     from taskq.demo import run_demo
 
-    sys.exit(run_demo(burst))
+    sys.exit(run_demo(burst, spark=not no_spark))
 
 
 # Modules that contribute commands through a `COMMANDS` list; each is owned by one feature.

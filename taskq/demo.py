@@ -1,8 +1,9 @@
 """`taskq demo`: the whole engine on the embedded defaults, in one command.
 
 Starts a real nats-server (temporary store), a worker in this process, enqueues a few
-tasks (one that retries, one that ends in the dead-letter queue) plus a burst of no-op
-tasks, waits for every one to settle, and prints a summary.
+tasks (one that retries, one that ends in the dead-letter queue), a Spark job task and a
+Spark batch task on a local SparkSession, plus a burst of no-op tasks, waits for every one
+to settle, and prints a summary.
 """
 
 from __future__ import annotations
@@ -20,12 +21,16 @@ from taskq.app import App
 from taskq.errors import TaskqError
 from taskq.server import EmbeddedServer
 
-DEADLINE = 120.0
+DEADLINE = 180.0
+SPARK_ITEMS = 1000
 
 
-def build_app(url: str, prefix: str = "demo") -> App:
-    """The demo's tasks: one async, one sync, one flaky, one doomed, one no-op."""
-    app = App(url=url, prefix=prefix)
+def build_app(url: str, prefix: str = "demo", spark: bool = False) -> App:
+    """The demo's tasks: one async, one sync, one flaky, one doomed, one no-op; and with
+    `spark`, a Spark job task and a Spark batch task."""
+    app = App(url=url, prefix=prefix, spark_master="local[2]")
+    if spark:
+        _spark_tasks(app)
     flaky_calls: list[int] = []
 
     @app.task
@@ -55,15 +60,41 @@ def build_app(url: str, prefix: str = "demo") -> App:
     return app
 
 
-def run_demo(burst: int) -> int:
+def _spark_tasks(app: App) -> None:
+    @app.task(executor="spark", timeout=300)
+    def sum_of_range(spark: Any, n: int) -> int:  # one Spark job, run from the worker
+        return int(spark.range(n).selectExpr("sum(id) AS s").first()["s"])
+
+    @app.batch_task(batch_size=500, max_wait=1.0)
+    def word_score(word: str) -> int:  # one item; a batch of them is one Spark job
+        return sum(ord(c) - 96 for c in word.lower() if c.isalpha())
+
+
+def spark_problem() -> str | None:
+    """Why Spark cannot run here (no pyspark, no Java 17+), or None."""
+    from taskq.settings import Settings
+    from workers.spark_session import SparkRuntime
+
+    try:
+        SparkRuntime(Settings()).check()
+    except TaskqError as exc:
+        return str(exc)
+    return None
+
+
+def run_demo(burst: int, spark: bool = True) -> int:
     """Run the demo; returns the process exit code."""
     logging.getLogger("taskq").setLevel(logging.CRITICAL)
+    logging.getLogger("py4j").setLevel(logging.CRITICAL)
+    problem = spark_problem() if spark else "--no-spark"
     store = tempfile.mkdtemp(prefix="taskq-demo-")
     click.echo("taskq demo: starting an embedded nats-server ...")
     with EmbeddedServer(store_dir=store) as server:
         click.echo(f"  server   {server.url} (store {store})")
+        if problem is not None:
+            click.echo(f"  spark    skipped: {problem}")
         try:
-            return asyncio.run(_demo(build_app(server.url), burst))
+            return asyncio.run(_demo(build_app(server.url, spark=problem is None), burst))
         except TaskqError as exc:
             click.echo(f"taskq demo failed: {exc}", err=True)
             return 1
@@ -83,6 +114,8 @@ async def _demo(app: App, burst: int) -> int:
     await tasks["doomed"].enqueue("A-1001")
     click.echo("  enqueued add(2, 3), square(1.5), flaky(7), doomed('A-1001')")
     ok = await _wait(lambda: worker.stats["succeeded"] >= 3 and worker.stats["dead"] >= 1)
+    spark_line = await _spark_stage(app, worker) if "word_score" in tasks else None
+    ok = ok and spark_line is not False
     started = time.perf_counter()
     for _ in range(burst):
         await tasks["noop"].enqueue()
@@ -97,11 +130,34 @@ async def _demo(app: App, burst: int) -> int:
     worker.stop()
     await running
     await app.aclose()
-    _summary(worker.stats, dead, burst, enqueue_s, drain_s)
+    _summary(worker.stats, dead, burst, enqueue_s, drain_s,
+             spark_line if isinstance(spark_line, str) else None)
     click.echo("")
     click.echo("queues (taskq queues)")
     click.echo(queues)
     return 0 if ok else 1
+
+
+async def _spark_stage(app: App, worker: Any) -> str | bool:
+    """Run the Spark tasks; the summary line, or False if they did not settle in time."""
+    click.echo(f"  spark    starting a local SparkSession; sum_of_range(1,000,000) and "
+               f"{SPARK_ITEMS:,} word_score items ...")
+    before = worker.stats["succeeded"]
+    started = time.perf_counter()
+    job = await app.tasks["sum_of_range"].enqueue(1_000_000)
+    words = [f"item{'abcdefghij'[i % 10]}{i}" for i in range(SPARK_ITEMS)]
+    scores = await app.tasks["word_score"].enqueue_many(words)
+    if not await _wait(lambda: worker.stats["succeeded"] >= before + 1 + SPARK_ITEMS):
+        return False
+    total = await job.result(timeout=10)
+    first = await scores[0].result(timeout=10)
+    took = time.perf_counter() - started
+    return (
+        f"  spark          sum_of_range(1,000,000) = {total:,} (one Spark job)\n"
+        f"                 {SPARK_ITEMS:,} word_score items run in Spark batches, each settled "
+        f"on its own (word_score({words[0]!r}) = {first})\n"
+        f"                 {took:.1f}s, the SparkSession's start included"
+    )
 
 
 async def _wait(done: Callable[[], bool]) -> bool:
@@ -121,7 +177,12 @@ async def _dead_letters(app: App) -> list[dict[str, Any]]:
 
 
 def _summary(
-    stats: Any, dead: list[dict[str, Any]], burst: int, enqueue_s: float, drain_s: float
+    stats: Any,
+    dead: list[dict[str, Any]],
+    burst: int,
+    enqueue_s: float,
+    drain_s: float,
+    spark: str | None,
 ) -> None:
     click.echo("")
     click.echo("summary")
@@ -139,6 +200,8 @@ def _summary(
             f"  burst          {burst} no-op tasks: enqueued {burst / enqueue_s:,.0f}/s "
             f"(one at a time), enqueued+drained in {drain_s:.2f}s"
         )
+    if spark:
+        click.echo(spark)
     click.echo("")
     click.echo(
         "Next: `taskq server` in one shell, `taskq worker examples.quickstart:app` in another,"

@@ -114,8 +114,15 @@ def test_demo_runs_end_to_end() -> None:
     result = taskq("demo", "--tasks", "200", timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
-    assert "succeeded      203" in out and "dead-lettered  1" in out
+    assert "succeeded      1204" in out and "dead-lettered  1" in out  # 1,001 on Spark
     assert "doomed: exhausted" in out
+    assert "sum_of_range(1,000,000) = 499,999,500,000" in out and "word_score" in out
+
+
+def test_demo_without_spark() -> None:
+    result = taskq("demo", "--tasks", "50", "--no-spark", timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "succeeded      53" in result.stdout and "spark    skipped" in result.stdout
 
 
 def test_version_and_help() -> None:
