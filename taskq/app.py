@@ -54,6 +54,7 @@ class App:
         self._ready_queues: set[tuple[int, str, Part]] = set()
         self._declared: dict[str, int] = {}  # queue -> partitions, as declared in code
         self._learned: dict[tuple[int, str], int] = {}  # (connection, queue) -> from server
+        self._laid_out: dict[tuple[int, str], int] = {}  # streams ensured on this connection
         self._placement = Placement()
         self._portal: Portal | None = None
         self._portal_lock = threading.Lock()
@@ -211,14 +212,18 @@ class App:
         """Partitions for `count` new messages: round robin, or all in the one `key` picks.
         Every partition's stream is made on first use, so the layout on the server is
         whole for workers and `taskq queues` that learn it from there."""
-        partitions = await retry_transient(
-            lambda: self.queue_partitions(queue), what="queue set-up"
-        )
-        for part in layout(partitions):
-            await retry_transient(
-                lambda p=part: self.ensure_queue(queue, p),  # type: ignore[misc]
-                what="queue set-up",
+        broker = await self.broker()
+        partitions = self._laid_out.get((id(broker), queue))
+        if partitions is None:  # once per connection: the hot path is the lookup above
+            partitions = await retry_transient(
+                lambda: self.queue_partitions(queue), what="queue set-up"
             )
+            for part in layout(partitions):
+                await retry_transient(
+                    lambda p=part: self.ensure_queue(queue, p),  # type: ignore[misc]
+                    what="queue set-up",
+                )
+            self._laid_out[(id(broker), queue)] = partitions
         return [self._placement.pick(queue, partitions, key) for _ in range(count)]
 
     def handle(self, task_id: str, task: str = "", queue: str = "") -> TaskHandle:
@@ -274,6 +279,7 @@ class App:
         if broker is not None:
             self._ready_queues = {k for k in self._ready_queues if k[0] != id(broker)}
             self._learned = {k: v for k, v in self._learned.items() if k[0] != id(broker)}
+            self._laid_out = {k: v for k, v in self._laid_out.items() if k[0] != id(broker)}
             await broker.close()
 
     def close(self) -> None:
