@@ -39,6 +39,12 @@ QUEUE_WAIT = _meter.create_histogram(
 )
 
 
+def _tracing() -> bool:
+    """True once a real tracer provider is installed. Until then the API's spans do nothing
+    but still cost a context attach/detach per message, which the hot path skips."""
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
 def _attributes(subject: str, queue: str, envelope: Envelope) -> dict[str, Any]:
     return {
         "messaging.system": "nats",
@@ -54,13 +60,16 @@ def producing(
     subject: str, queue: str, envelope: Envelope, headers: dict[str, str]
 ) -> Iterator[None]:
     """A PRODUCER span around a publish; injects its context into `headers`."""
-    attributes = _attributes(subject, queue, envelope)
-    attributes["messaging.operation.type"] = "publish"
-    with _tracer.start_as_current_span(
-        f"publish {queue}", kind=SpanKind.PRODUCER, attributes=attributes
-    ):
-        propagate.inject(headers)
+    if not _tracing():
         yield
+    else:
+        attributes = _attributes(subject, queue, envelope)
+        attributes["messaging.operation.type"] = "publish"
+        with _tracer.start_as_current_span(
+            f"publish {queue}", kind=SpanKind.PRODUCER, attributes=attributes
+        ):
+            propagate.inject(headers)
+            yield
     ENQUEUED.add(1, {"taskq.queue": queue, "taskq.task": envelope.task})
 
 
@@ -72,8 +81,15 @@ def processing(
     headers: dict[str, str] | None,
     delivery_count: int,
     consumer: str,
-) -> Iterator[Span]:
-    """A CONSUMER span around one run, parented to the producer's context."""
+) -> Iterator[Span | None]:
+    """A CONSUMER span around one run, parented to the producer's context (None while no
+    tracer provider is installed)."""
+    if delivery_count == 1 and envelope.enqueued_at:
+        wait = time.time() - parse_time(envelope.enqueued_at).timestamp()
+        QUEUE_WAIT.record(max(0.0, wait), {"taskq.queue": queue, "taskq.task": envelope.task})
+    if not _tracing():
+        yield None
+        return
     parent = propagate.extract(headers or {})
     attributes = _attributes(subject, queue, envelope)
     attributes.update(
@@ -83,9 +99,6 @@ def processing(
             "taskq.delivery_count": delivery_count,
         }
     )
-    if delivery_count == 1 and envelope.enqueued_at:
-        wait = time.time() - parse_time(envelope.enqueued_at).timestamp()
-        QUEUE_WAIT.record(max(0.0, wait), {"taskq.queue": queue, "taskq.task": envelope.task})
     with _tracer.start_as_current_span(
         f"process {queue}", context=parent, kind=SpanKind.CONSUMER, attributes=attributes
     ) as span:
