@@ -123,7 +123,7 @@ class Worker:
         )
         log.info(
             "worker ready: queues %s, concurrency %d, prefix %s",
-            ",".join(self.queues),
+            _described(self.queues, list(self._setups.values())),
             self.concurrency,
             self.app.settings.prefix,
         )
@@ -376,6 +376,12 @@ class Worker:
             log.warning("retry %s in %.1fs: %r", head, decision.delay, error)
         else:
             log.error("dead-lettered %s (%s): %s", head, decision.reason, _why(decision, outcome))
+
+
+def _described(queues: list[str], setups: list[QueueSetup]) -> str:
+    """`default,orders (3 streams)`: a queue's stream count when it is partitioned."""
+    streams = Counter(s.queue for s in setups)
+    return ",".join(q if streams[q] <= 1 else f"{q} ({streams[q]} streams)" for q in queues)
 
 
 def _where(setup: QueueSetup) -> str:
