@@ -26,7 +26,10 @@ def result_record(
         if task is not None and not task.store_result:
             return None
         value = outcome.value if isinstance(outcome, Success) else None
-        return ResultRecord(state="succeeded", task=name, result=value, attempts=attempts)
+        # built by us from trusted values: no validation on the hot path
+        return ResultRecord.model_construct(
+            state="succeeded", task=name, result=value, attempts=attempts
+        )
     error = _error(outcome, decision)
     if isinstance(decision, Nak):
         return ResultRecord(state="failed", task=name, error=error, attempts=attempts)
