@@ -75,6 +75,7 @@ class StreamState:
     consumers: int
     subjects: dict[str, int]
     config_subjects: tuple[str, ...]
+    replicas: int = 1
 
 
 @dataclass(frozen=True)
@@ -533,6 +534,7 @@ class Broker:
             consumers=state.consumer_count,
             subjects=dict(getattr(state, "subjects", None) or {}),
             config_subjects=tuple(info.config.subjects or ()),
+            replicas=int(info.config.num_replicas or 1),
         )
 
     async def consumer_state(self, stream: str, durable: str) -> ConsumerState:

@@ -78,22 +78,28 @@ class Cluster:
 
     async def ready(self, timeout: float = 30.0) -> None:
         """Wait until JetStream has a meta leader (an R3 stream can be created)."""
-        from taskq import App
-        from taskq.errors import TaskqError
-        from taskq.topology import StreamSpec
+        await ready(self.url, timeout)
 
-        app = App(url=self.url, prefix="probe")
-        deadline = time.monotonic() + timeout
-        try:
-            while True:
-                try:
-                    broker = await app.broker()
-                    await broker.ensure_stream(StreamSpec("PROBE", ("probe.>",), "limits", 3))
-                    await broker.delete_stream("PROBE")
-                    return
-                except TaskqError:
-                    if time.monotonic() > deadline:
-                        raise
-                    await asyncio.sleep(0.25)
-        finally:
-            await app.aclose()
+
+async def ready(url: str, timeout: float = 30.0, **credentials: str) -> None:
+    """Wait until the cluster at `url` has a JetStream meta leader (an R3 stream can be
+    created and deleted)."""
+    from taskq import App
+    from taskq.errors import TaskqError
+    from taskq.topology import StreamSpec
+
+    app = App(url=url, prefix="probe", **credentials)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                broker = await app.broker()
+                await broker.ensure_stream(StreamSpec("PROBE", ("probe.>",), "limits", 3))
+                await broker.delete_stream("PROBE")
+                return
+            except TaskqError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.25)
+    finally:
+        await app.aclose()

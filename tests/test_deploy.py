@@ -50,3 +50,65 @@ def test_k8s_has_worker_and_keda_scaler() -> None:
     assert {"Deployment", "ScaledObject", "Secret"} <= set(kinds)
     trigger = kinds["ScaledObject"]["spec"]["triggers"][0]
     assert trigger["type"] == "nats-jetstream" and trigger["metadata"]["consumer"] == "default"
+
+
+def test_compose_mounts_keep_the_include_paths() -> None:
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    for name in ("nats-1", "nats-2", "nats-3"):
+        node = compose["services"][name]
+        assert "./nats:/etc/nats:ro" in node["volumes"]
+        assert node["command"] == ["-c", f"/etc/nats/cluster/{name}.conf"]
+
+
+async def test_the_secured_deploy_cluster_runs_tasks_on_r3(tmp_path: Path) -> None:
+    """deploy/nats/cluster/*.conf as shipped (with accounts.conf), moved to loopback ports:
+    the worker role sets up R3 streams and runs what the producer role enqueues."""
+    import shutil
+
+    from taskq import App
+    from taskq.server import EmbeddedServer, free_port
+    from tests.cluster import ready
+    from tests.conftest import running_worker, wait_until
+
+    (tmp_path / "cluster").mkdir()
+    shutil.copy(DEPLOY / "nats" / "accounts.conf", tmp_path / "accounts.conf")
+    names = ["nats-1", "nats-2", "nats-3"]
+    ports = {n: (free_port(), free_port()) for n in names}
+    servers = []
+    for name in names:
+        text = (DEPLOY / "nats" / "cluster" / f"{name}.conf").read_text()
+        text = text.replace("listen: 0.0.0.0:4222", f"listen: 127.0.0.1:{ports[name][0]}")
+        text = text.replace("http: 0.0.0.0:8222", f"http: 127.0.0.1:{free_port()}")
+        text = text.replace("listen: 0.0.0.0:6222", f"listen: 127.0.0.1:{ports[name][1]}")
+        text = text.replace("/data/jetstream", str(tmp_path / name))
+        for other in names:
+            text = text.replace(f"{other}:6222", f"127.0.0.1:{ports[other][1]}")
+        config = tmp_path / "cluster" / f"{name}.conf"
+        config.write_text(text)
+        servers.append(EmbeddedServer(port=ports[name][0], store_dir=tmp_path / name,
+                                      config=str(config), log_file=tmp_path / f"{name}.log"))
+    url = ",".join(s.url for s in servers)
+    try:
+        for server in servers:
+            server.start()
+        await ready(url, user="operator", password="operator-secret")
+        roles = {r: App(url=url, user=r, password=f"{r}-secret", replicas=3)
+                 for r in ("worker", "producer")}
+        for app in roles.values():
+
+            @app.task(name="double")
+            async def double(n: int) -> int:
+                return 2 * n
+
+        async with running_worker(roles["worker"]) as worker:
+            handle = await roles["producer"].tasks["double"].enqueue(21)
+            await wait_until(lambda: worker.stats["succeeded"] == 1, timeout=30)
+            assert await handle.result(timeout=10) == 42
+        broker = await roles["worker"].broker()
+        stream = roles["worker"].names.queue_stream("default")
+        assert (await broker.stream_state(stream)).replicas == 3
+        for app in roles.values():
+            await app.aclose()
+    finally:
+        for server in servers:
+            server.stop()
