@@ -580,7 +580,11 @@ class Broker:
         return PubAck(ack.stream, ack.seq, bool(ack.duplicate))
 
     async def publish_nowait(
-        self, subject: str, body: bytes, headers: dict[str, str] | None = None
+        self,
+        subject: str,
+        body: bytes,
+        headers: dict[str, str] | None = None,
+        ack_timeout: float = 5.0,
     ) -> asyncio.Future[PubAck]:
         """Send now; returns a future of the server's ack (pipelined publishing).
 
@@ -593,8 +597,12 @@ class Broker:
         with translated():
             # no wait_stall: asyncio.wait_for with a timeout costs a task and a loop turn per call
             inner = await self._js.publish_async(subject, body, headers=headers)
-        outer: asyncio.Future[PubAck] = asyncio.get_running_loop().create_future()
-        inner.add_done_callback(lambda done: _settle_ack(done, outer))
+        loop = asyncio.get_running_loop()
+        outer: asyncio.Future[PubAck] = loop.create_future()
+        # An ack can be lost for good (a stream leader killed between storing and answering):
+        # without a deadline the waiter would hang forever. One timer handle, not a task.
+        timer = loop.call_later(ack_timeout, _ack_overdue, inner, outer, ack_timeout)
+        inner.add_done_callback(lambda done: _settle_ack(done, outer, timer))
         return outer
 
     async def pull(self, stream: str, durable: str) -> Puller:
@@ -838,7 +846,18 @@ class Broker:
         return sub.unsubscribe
 
 
-def _settle_ack(done: asyncio.Future[api.PubAck], outer: asyncio.Future[PubAck]) -> None:
+def _ack_overdue(
+    inner: asyncio.Future[api.PubAck], outer: asyncio.Future[PubAck], after: float
+) -> None:
+    if not outer.done():
+        outer.set_exception(TransientError(f"no acknowledgement from the server in {after:g}s"))
+    inner.cancel()  # nats-py forgets the pending publish (and frees its slot)
+
+
+def _settle_ack(
+    done: asyncio.Future[api.PubAck], outer: asyncio.Future[PubAck], timer: asyncio.TimerHandle
+) -> None:
+    timer.cancel()
     if outer.done():
         return
     if done.cancelled():
