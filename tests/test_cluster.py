@@ -68,7 +68,9 @@ async def test_stream_leader_killed_mid_run_loses_nothing(cluster: Cluster, tmp_
     await run_leader_kill(cluster, tmp_path, 5000)
 
 
-async def test_results_leader_killed_mid_run_nothing_hangs(cluster: Cluster, tmp_path: Path) -> None:
+async def test_results_leader_killed_mid_run_nothing_hangs(
+    cluster: Cluster, tmp_path: Path
+) -> None:
     # result writes in flight at the kill may never be acknowledged: workers must not wait
     # for them forever (every slot would hang in its write and the queue would stall)
     await run_leader_kill(cluster, tmp_path, 5000, target="results")
