@@ -26,7 +26,7 @@ from taskq.schedules import Periodic, due_time, expression, publish_delayed
 from taskq.settings import Settings
 from taskq.task import CallOptions, Task
 from taskq.telemetry import producing
-from taskq.topology import queue_stream
+from taskq.topology import check_owner, queue_stream
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -266,10 +266,9 @@ class App:
         # Look before creating: a producer may lack stream-create rights (workers and
         # operators create streams and apply config drift); a missing stream is created.
         subjects = await broker.stream_subjects(spec.name)
+        check_owner(spec, subjects)
         if subjects is None:
             await broker.ensure_stream(spec)
-        elif spec.subjects[0] not in subjects:  # upper-casing made two queues' names meet
-            raise ConfigError(f"stream {spec.name} already belongs to subjects {list(subjects)}")
         self._ready_queues.add(key)
 
     async def aclose(self) -> None:

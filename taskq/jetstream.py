@@ -554,10 +554,6 @@ class Broker:
         infos = await _patiently(self._js.streams_info)
         return {i.config.name: tuple(i.config.subjects or ()) for i in infos if i.config.name}
 
-    async def stream_names(self) -> list[str]:
-        infos = await _patiently(self._js.streams_info)
-        return [i.config.name for i in infos if i.config.name]
-
     async def delete_stream(self, stream: str) -> None:
         with translated():
             await self._js.delete_stream(stream)

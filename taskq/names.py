@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from taskq.errors import ConfigError
 
+_PARTITIONED = {"q": "p", "s": "ps"}  # subject root of tasks / schedules in a partition
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]+$")
 _TASK = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
 
@@ -58,18 +59,19 @@ class Names:
         base = f"{self._up}_Q_{queue.upper()}"
         return base if partition is None else f"{base}_P{partition}"
 
-    def queue_subject(self, queue: str, task: str, partition: int | None = None) -> str:
+    def _in_queue(self, root: str, queue: str, tail: str, partition: int | None) -> str:
         if partition is None:
-            return f"{self.prefix}.q.{queue}.{task}"
-        return f"{self.prefix}.p.{queue}.{partition}.{task}"
+            return f"{self.prefix}.{root}.{queue}.{tail}"
+        return f"{self.prefix}.{_PARTITIONED[root]}.{queue}.{partition}.{tail}"
+
+    def queue_subject(self, queue: str, task: str, partition: int | None = None) -> str:
+        return self._in_queue("q", queue, task, partition)
 
     def queue_filter(self, queue: str, partition: int | None = None) -> str:
         return self.queue_subject(queue, ">", partition)
 
     def schedule_subject(self, queue: str, schedule: str, partition: int | None = None) -> str:
-        if partition is None:
-            return f"{self.prefix}.s.{queue}.{schedule}"
-        return f"{self.prefix}.ps.{queue}.{partition}.{schedule}"
+        return self._in_queue("s", queue, schedule, partition)
 
     def schedule_filter(self, queue: str, partition: int | None = None) -> str:
         return self.schedule_subject(queue, ">", partition)
@@ -101,8 +103,8 @@ class Names:
         parsed = self.parse_queue_subject(subject)
         if parsed is None or parsed[1] != ">":
             return None
-        partition = subject.split(".")[3] if subject.split(".")[1] == "p" else None
-        return parsed[0], int(partition) if partition is not None else None
+        tokens = subject.split(".")
+        return parsed[0], int(tokens[3]) if tokens[1] == "p" else None
 
     # dead letters
     @property

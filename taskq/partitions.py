@@ -67,9 +67,14 @@ def check_partitions(queue: str, partitions: object) -> int:
 async def queues_on_server(broker: Broker, names: Names) -> dict[str, list[Part]]:
     """Every queue of this prefix with the streams it has on the server: None for the
     unpartitioned stream, numbers for partitions (read from the streams' subjects)."""
+    return queues_in(await broker.streams_subjects(), names)
+
+
+def queues_in(listing: dict[str, tuple[str, ...]], names: Names) -> dict[str, list[Part]]:
+    """`queues_on_server` for a stream listing already in hand."""
     found: dict[str, set[Part]] = {}
     head = f"{names.prefix.upper()}_Q_"
-    for stream, subjects in (await broker.streams_subjects()).items():
+    for stream, subjects in listing.items():
         if not stream.startswith(head):
             continue
         for subject in subjects:

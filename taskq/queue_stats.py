@@ -34,11 +34,6 @@ class QueueStats:
         return {k: v for k, v in asdict(self).items() if not k.startswith("_")}
 
 
-async def discover_queues(app: App) -> list[str]:
-    """Queue names of this prefix, read from the queue streams' subjects on the server."""
-    return list(await queues_on_server(await app.broker(), app.names))
-
-
 async def queue_stats(app: App, queue: str, parts: list[Part] | None = None) -> QueueStats:
     """One queue's figures, summed over every stream it has (all its partitions)."""
     broker = await app.broker()

@@ -21,7 +21,7 @@ from pydantic_core import to_json
 from taskq.envelope import MSG_ID, TASK_HEADER, Envelope
 from taskq.errors import BrokerError, ConfigError
 from taskq.handle import TaskHandle
-from taskq.partitions import Part, parts_on_server
+from taskq.partitions import Part, parts_on_server, queues_on_server
 from taskq.retrying import retry_transient
 
 if TYPE_CHECKING:
@@ -136,17 +136,20 @@ async def register(app: App, periodic: Periodic) -> None:
     if not unchanged:  # re-publishing an unchanged one would restart an interval's clock
         await retry_transient(lambda: _publish(broker, subject, body, headers))
     # after a queue's layout changed, the old stream's copy would fire as well
-    await _drop_elsewhere(app, periodic.queue, periodic.name, part)
+    others = [p for p in await parts_on_server(broker, app.names, periodic.queue) if p != part]
+    await _purge(app, periodic.queue, periodic.name, others)
 
 
-async def _drop_elsewhere(app: App, queue: str, name: str, keep: Part) -> None:
+async def _purge(app: App, queue: str, name: str, parts: list[Part]) -> int:
+    """Purge the schedule `name` from these streams of `queue`; how many were removed."""
     broker = await app.broker()
-    for part in await parts_on_server(broker, app.names, queue):
-        if part != keep:
-            await broker.purge_stream(
-                app.names.queue_stream(queue, part),
-                subject=app.names.schedule_subject(queue, name, part),
-            )
+    purged = 0
+    for part in parts:
+        purged += await broker.purge_stream(
+            app.names.queue_stream(queue, part),
+            subject=app.names.schedule_subject(queue, name, part),
+        )
+    return purged
 
 
 async def _publish(broker: Any, subject: str, body: bytes, headers: dict[str, str]) -> Any:
@@ -172,12 +175,14 @@ class ScheduleInfo:
     seq: int
 
 
-async def list_schedules(app: App, queues: list[str]) -> list[ScheduleInfo]:
-    """Schedules stored in the given queues' streams (every partition's)."""
+async def list_schedules(app: App, queues: list[str] | None = None) -> list[ScheduleInfo]:
+    """Schedules stored in the given queues' streams (every partition's); no queues: in
+    every queue on the server."""
     broker = await app.broker()
+    on_server = await queues_on_server(broker, app.names)  # one listing for all the queues
     found: list[ScheduleInfo] = []
-    for queue in queues:
-        for part in await parts_on_server(broker, app.names, queue):
+    for queue in queues or list(on_server):
+        for part in on_server.get(queue, []):
             found += await _schedules_in(app, broker, queue, part)
     return found
 
@@ -207,11 +212,5 @@ async def _schedules_in(app: App, broker: Broker, queue: str, part: Part) -> lis
 async def remove(app: App, queue: str, name: str) -> bool:
     """Cancel a schedule by purging its subject (in whichever partition holds it); False
     if there was none."""
-    broker = await app.broker()
-    purged = 0
-    for part in await parts_on_server(broker, app.names, queue):
-        purged += await broker.purge_stream(
-            app.names.queue_stream(queue, part),
-            subject=app.names.schedule_subject(queue, name, part),
-        )
-    return purged > 0
+    parts = await parts_on_server(await app.broker(), app.names, queue)
+    return await _purge(app, queue, name, parts) > 0

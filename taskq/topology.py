@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from taskq.errors import ConfigError
 from taskq.names import Names
 from taskq.settings import Settings
 
@@ -60,6 +61,18 @@ def queue_stream(
         msg_ttl=True,
         description=f"taskq queue {queue!r}{where}",
     )
+
+
+def check_owner(spec: StreamSpec, subjects: tuple[str, ...] | None) -> None:
+    """Refuse a queue stream whose name is already another queue's: names are upper-cased,
+    so queue `a_p1` and partition 1 of queue `a` would share one. Re-pointing the existing
+    stream at our subjects would take it from its queue. `subjects`: what the server has
+    under `spec.name` (None: no such stream)."""
+    if subjects is not None and spec.subjects[0] not in subjects:
+        raise ConfigError(
+            f"stream {spec.name} already belongs to other subjects {list(subjects)}: "
+            "rename the queue"
+        )
 
 
 def queue_consumer(

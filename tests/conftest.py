@@ -103,6 +103,25 @@ async def wait_until(
         await asyncio.sleep(every)
 
 
+async def run_one_task(app: App) -> None:
+    """Enqueue one task with `app` and run it on a worker of the same app; closes `app`."""
+    ran: list[int] = []
+
+    @app.task
+    async def work(n: int) -> int:
+        ran.append(n)
+        return n
+
+    try:
+        async with running_worker(app) as worker:
+            handle = await work.enqueue(5)
+            await wait_until(lambda: worker.stats["succeeded"] == 1)
+            assert await handle.result(timeout=10) == 5
+    finally:
+        await app.aclose()
+    assert ran == [5]
+
+
 class WorkerProcess:
     """`taskq worker` in a subprocess: for kill and signal tests (by PID, ours only)."""
 

@@ -16,7 +16,7 @@ import pytest
 
 from taskq import App, PermissionDenied
 from taskq.server import EmbeddedServer
-from tests.conftest import cli_argv, running_worker, wait_until
+from tests.conftest import cli_argv, run_one_task
 
 
 def new_key(prefix: int) -> nkeys.KeyPair:
@@ -53,22 +53,7 @@ def start(root: Path, config: str) -> EmbeddedServer:
 
 
 async def runs_a_task(url: str, **credentials: str) -> None:
-    app = App(url=url, prefix="t" + uuid.uuid4().hex[:8], **credentials)
-    ran: list[int] = []
-
-    @app.task
-    async def work(n: int) -> int:
-        ran.append(n)
-        return n
-
-    try:
-        async with running_worker(app) as worker:
-            handle = await work.enqueue(5)
-            await wait_until(lambda: worker.stats["succeeded"] == 1)
-            assert await handle.result(timeout=10) == 5
-    finally:
-        await app.aclose()
-    assert ran == [5]
+    await run_one_task(App(url=url, prefix="t" + uuid.uuid4().hex[:8], **credentials))
 
 
 async def refused(url: str, **credentials: str) -> str:

@@ -14,7 +14,7 @@ import trustme
 
 from taskq import App, ConnectError, TaskqError
 from taskq.server import EmbeddedServer
-from tests.conftest import run_cli, running_worker, wait_until
+from tests.conftest import run_cli, run_one_task
 
 
 @dataclass(frozen=True)
@@ -76,19 +76,7 @@ def tls_app(tls: TlsServer, **overrides: str | None) -> App:
 
 
 async def test_worker_and_producer_run_a_task_over_mutual_tls(tls_server: TlsServer) -> None:
-    app = tls_app(tls_server)
-
-    @app.task
-    async def square(n: int) -> int:
-        return n * n
-
-    try:
-        async with running_worker(app) as worker:
-            handle = await square.enqueue(12)
-            await wait_until(lambda: worker.stats["succeeded"] == 1)
-            assert await handle.result(timeout=10) == 144
-    finally:
-        await app.aclose()
+    await run_one_task(tls_app(tls_server))
 
 
 @pytest.mark.parametrize(

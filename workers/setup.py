@@ -7,11 +7,11 @@ import logging
 from dataclasses import dataclass
 
 from taskq.app import App
-from taskq.errors import ConfigError
 from taskq.jetstream import Broker
-from taskq.partitions import Part, layout, queues_on_server
+from taskq.partitions import Part, layout, queues_in
 from taskq.schedules import register
 from taskq.topology import (
+    check_owner,
     dlq_stream,
     events_stream,
     queue_consumer,
@@ -41,13 +41,13 @@ async def prepare(app: App, broker: Broker, queues: list[str]) -> dict[str, Queu
     await broker.ensure_stream(dlq_stream(names, settings))
     await broker.ensure_bucket(results_bucket(names, settings))
     existing = await broker.streams_subjects()
-    on_server = await queues_on_server(broker, names)
+    on_server = queues_in(existing, names)
     setups: dict[str, QueueSetup] = {}
     for queue in queues:
         wanted = layout(await app.queue_partitions(queue))
         for part in wanted:
             spec = queue_stream(names, settings, queue, part)
-            _check_not_taken(spec.name, spec.subjects[0], existing)
+            check_owner(spec, existing.get(spec.name))
             await broker.ensure_stream(spec)
         # streams of an earlier layout (partitions added or removed) may still hold tasks
         left = [p for p in on_server.get(queue, []) if p not in wanted]
@@ -71,16 +71,6 @@ async def _consumer(app: App, broker: Broker, queue: str, part: Part) -> QueueSe
     await broker.ensure_consumer(spec)
     state = await broker.consumer_state(spec.stream, spec.durable)
     return QueueSetup(queue, part, spec.stream, spec.durable, state.ack_wait or ack_wait)
-
-
-def _check_not_taken(stream: str, subject: str, existing: dict[str, tuple[str, ...]]) -> None:
-    """Stream names are upper-cased: queue `a_p1` and partition 1 of queue `a` would share
-    one. Refuse rather than re-point another queue's stream at our subjects."""
-    if stream in existing and subject not in existing[stream]:
-        raise ConfigError(
-            f"stream {stream} already belongs to other subjects {list(existing[stream])}: "
-            "rename the queue"
-        )
 
 
 async def ensure_events(app: App, broker: Broker, streams: list[str]) -> None:

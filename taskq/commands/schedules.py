@@ -8,7 +8,6 @@ from typing import Any
 import click
 
 from taskq.cli import Context, pass_ctx, run_async
-from taskq.queue_stats import discover_queues
 
 
 @click.group()
@@ -28,7 +27,7 @@ def ls(ctx: Context, queues: tuple[str, ...], as_json: bool) -> None:
 
     async def go() -> list[Any]:
         try:
-            return await list_schedules(app, list(queues) or await discover_queues(app))
+            return await list_schedules(app, list(queues) or None)
         finally:
             await app.aclose()
 
@@ -77,7 +76,7 @@ def prune(ctx: Context, app_spec: str) -> None:
     async def go() -> list[str]:
         try:
             removed = []
-            for s in await list_schedules(app, await discover_queues(app)):
+            for s in await list_schedules(app):
                 task = s.name.removeprefix(PERIODIC + ".")
                 if s.name.startswith(PERIODIC + ".") and task not in app.periodics:
                     await remove(app, s.queue, s.name)
