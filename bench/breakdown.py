@@ -31,8 +31,8 @@ from bench.run import BODY, fresh_prefix, steady_rate
 from taskq import App
 from taskq.ids import new_id
 from taskq.server import EmbeddedServer
-from workers import Worker
-from workers.logs import install
+from taskq.workers import Worker
+from taskq.workers.logs import install
 
 Measure = Callable[[], Awaitable[float]]
 
@@ -53,7 +53,7 @@ async def backlog(url: str, n: int, store_result: bool) -> tuple[App, Any]:
 async def taskq_drain(url: str, n: int, store_result: bool, level: int) -> float:
     logging.getLogger("taskq").setLevel(level)
     app, _ = await backlog(url, n, store_result)
-    broker = await app.broker()
+    broker = (await app.client()).connection
     stream = app.names.queue_stream("default")
     worker = Worker(app, concurrency=16, sweeper=False)
     running = asyncio.create_task(worker.run())
@@ -66,7 +66,7 @@ async def taskq_drain(url: str, n: int, store_result: bool, level: int) -> float
 
 
 async def _left(broker: Any, stream: str) -> int:
-    return int((await broker.stream_state(stream)).messages)
+    return int((await broker.streams.state(stream)).messages)
 
 
 async def raw_drain(url: str, n: int, same_work: bool) -> float:
@@ -79,13 +79,16 @@ async def raw_drain(url: str, n: int, same_work: bool) -> float:
     await js.add_stream(name=stream, subjects=[f"{prefix}.>"], retention="workqueue")
     if same_work:
         app, noop = await backlog(url, 0, True)
-        body = noop.app.build_envelope(noop, (1,), {}, _options()).encode()
+        body = noop.build_envelope((1,), {}, _options()).encode()
         bucket = f"R{prefix.upper()}"
         await js.create_key_value(bucket=bucket)
     for start in range(0, n, 2048):
         acks = [
-            await js.publish_async(subject, body if same_work else BODY,
-                                   headers={"Nats-Msg-Id": new_id()} if same_work else None)
+            await js.publish_async(
+                subject,
+                body if same_work else BODY,
+                headers={"Nats-Msg-Id": new_id()} if same_work else None,
+            )
             for _ in range(min(2048, n - start))
         ]
         await asyncio.gather(*acks)
@@ -148,7 +151,7 @@ async def raw_enqueue(url: str, n: int, same_work: bool) -> float:
     prefix = fresh_prefix()
     await js.add_stream(name=f"RAW_{prefix}", subjects=[f"{prefix}.>"], retention="workqueue")
     app, noop = await backlog(url, 0, True)
-    body = noop.app.build_envelope(noop, (1,), {}, _options()).encode()
+    body = noop.build_envelope((1,), {}, _options()).encode()
     started = time.perf_counter()
     for _ in range(n):
         if same_work:
@@ -166,21 +169,43 @@ async def raw_enqueue(url: str, n: int, same_work: bool) -> float:
 async def run_all(url: str, args: argparse.Namespace) -> list[tuple[str, str, float]]:
     d, e, info, warn = args.drain, args.enqueue, logging.INFO, logging.WARNING
     plan: list[tuple[str, str, Measure]] = [
-        ("drain", "raw nats-py: fetch(256) + ack, bare 100-byte messages",
-         lambda: raw_drain(url, d, False)),
-        ("drain", "raw nats-py, same protocol work: taskq's messages, JSON decode, "
-         "acknowledged KV write, ack", lambda: raw_drain(url, d, True)),
-        ("drain", "taskq worker, defaults (result record, a log line per task)",
-         lambda: taskq_drain(url, d, True, info)),
-        ("drain", "taskq worker, no log line (--log-level warning)",
-         lambda: taskq_drain(url, d, True, warn)),
+        (
+            "drain",
+            "raw nats-py: fetch(256) + ack, bare 100-byte messages",
+            lambda: raw_drain(url, d, False),
+        ),
+        (
+            "drain",
+            "raw nats-py, same protocol work: taskq's messages, JSON decode, "
+            "acknowledged KV write, ack",
+            lambda: raw_drain(url, d, True),
+        ),
+        (
+            "drain",
+            "taskq worker, defaults (result record, a log line per task)",
+            lambda: taskq_drain(url, d, True, info),
+        ),
+        (
+            "drain",
+            "taskq worker, no log line (--log-level warning)",
+            lambda: taskq_drain(url, d, True, warn),
+        ),
         ("drain", "taskq worker, store_result=False", lambda: taskq_drain(url, d, False, info)),
-        ("drain", "taskq worker, store_result=False and no log line",
-         lambda: taskq_drain(url, d, False, warn)),
-        ("enqueue", "raw nats-py: js.publish of 100 bytes, one at a time",
-         lambda: raw_enqueue(url, e, False)),
-        ("enqueue", "raw nats-py, same protocol work: taskq's envelope + Nats-Msg-Id",
-         lambda: raw_enqueue(url, e, True)),
+        (
+            "drain",
+            "taskq worker, store_result=False and no log line",
+            lambda: taskq_drain(url, d, False, warn),
+        ),
+        (
+            "enqueue",
+            "raw nats-py: js.publish of 100 bytes, one at a time",
+            lambda: raw_enqueue(url, e, False),
+        ),
+        (
+            "enqueue",
+            "raw nats-py, same protocol work: taskq's envelope + Nats-Msg-Id",
+            lambda: raw_enqueue(url, e, True),
+        ),
         ("enqueue", "taskq: await task.enqueue(i)", lambda: taskq_enqueue(url, e)),
     ]
     results = []

@@ -33,12 +33,23 @@ async def measure(cluster: Cluster, partitions: int, tasks: int, procs: int) -> 
     start = time.perf_counter()
     await noop.enqueue_many(range(tasks))
     enqueued = tasks / (time.perf_counter() - start)
-    broker = await producer.broker()
-    streams = [producer.names.queue_stream("default", p) for p in
-               ([None] if partitions == 1 else range(partitions))]
-    leaders = [await broker.stream_leader(s) for s in streams]
-    cmd = [sys.executable, "-m", "taskq", "--url", cluster.url, "--prefix", prefix,
-           "worker", "bench.apps:app"]
+    broker = (await producer.client()).connection
+    streams = [
+        producer.names.queue_stream("default", p)
+        for p in ([None] if partitions == 1 else range(partitions))
+    ]
+    leaders = [await broker.streams.leader(s) for s in streams]
+    cmd = [
+        sys.executable,
+        "-m",
+        "taskq",
+        "--url",
+        cluster.url,
+        "--prefix",
+        prefix,
+        "worker",
+        "bench.apps:app",
+    ]
     children = [spawn(cmd) for _ in range(procs)]
     try:
         drained, _ = await asyncio.gather(
@@ -50,8 +61,12 @@ async def measure(cluster: Cluster, partitions: int, tasks: int, procs: int) -> 
             child.kill()
             child.wait()
         await producer.aclose()
-    return {"partitions": partitions, "enqueue_many/s": round(enqueued),
-            "drain/s": round(drained), "leaders": leaders}
+    return {
+        "partitions": partitions,
+        "enqueue_many/s": round(enqueued),
+        "drain/s": round(drained),
+        "leaders": leaders,
+    }
 
 
 async def main_async(args: argparse.Namespace) -> None:

@@ -30,8 +30,8 @@ import psutil
 
 from taskq import App
 from taskq.server import EmbeddedServer
-from taskq.topology import queue_consumer, queue_stream
-from workers import Worker
+from taskq.topology.specs import queue_consumer, queue_stream
+from taskq.workers import Worker
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -65,7 +65,7 @@ async def taskq_enqueue_one_by_one(url: str, n: int) -> float:
 
     app = noop.app
     app.configure(url=url, prefix=fresh_prefix())
-    await app.ensure_queue("default")
+    await (await app.client()).ensure_queue("default")
     await noop.enqueue()  # warm: connection, validator
     start = time.perf_counter()
     for i in range(n):
@@ -90,7 +90,7 @@ async def taskq_enqueue_bulk(url: str, n: int) -> float:
 
     app = noop.app
     app.configure(url=url, prefix=fresh_prefix())
-    await app.ensure_queue("default")
+    await (await app.client()).ensure_queue("default")
     await noop.enqueue()
     start = time.perf_counter()
     await noop.enqueue_many(range(n))
@@ -130,10 +130,10 @@ async def fill_backlog(url: str, n: int) -> tuple[App, str]:
     producer.configure(url=url, prefix=prefix)
     await noop.enqueue_many(range(n))
     await producer.aclose()
-    broker = await app.broker()
+    broker = (await app.client()).connection
     spec = queue_consumer(app.names, app.settings, "default", noop.ack_wait, noop.policy.attempts)
-    await broker.ensure_stream(queue_stream(app.names, app.settings, "default"))
-    await broker.ensure_consumer(spec)
+    await broker.streams.ensure(queue_stream(app.names, app.settings, "default"))
+    await broker.streams.ensure_consumer(spec)
     return app, prefix
 
 
@@ -141,7 +141,7 @@ async def drain(url: str, n: int, procs: int, raw: bool) -> tuple[float, list[fl
     """Tasks/s for `procs` consumer processes to empty a backlog of `n`; and their RSS (MB)."""
     app, prefix = await fill_backlog(url, n)
     stream = app.names.queue_stream("default")
-    broker = await app.broker()
+    broker = (await app.client()).connection
     if raw:
         cmd = [sys.executable, "-m", "bench.raw_consumer", url, stream, "default"]
         marker = "ready"
@@ -173,7 +173,7 @@ async def drain(url: str, n: int, procs: int, raw: bool) -> tuple[float, list[fl
 
 
 async def remaining(broker: Any, streams: list[str]) -> int:
-    return sum([(await broker.stream_state(s)).messages for s in streams])
+    return sum([(await broker.streams.state(s)).messages for s in streams])
 
 
 async def steady_rate(count: Callable[[], Awaitable[int]], n: int) -> float:

@@ -18,10 +18,10 @@ import uuid
 from typing import Any
 
 from taskq import App
-from taskq.cli import run_async
+from taskq.cli.main import run_async
 from taskq.server import EmbeddedServer
-from workers import Worker
-from workers.spark_session import SparkRuntime
+from taskq.workers import Worker
+from taskq.workers.spark_session import SparkRuntime
 
 
 def square(i: int) -> int:

@@ -1,5 +1,21 @@
 """The taskq dead-letter subsystem."""
 
-from dlq.record import REASONS, DeadLetter, ErrorInfo
+from taskq.dlq.record import (
+    REASONS,
+    BlobOriginal,
+    DeadLetter,
+    EnvelopeOriginal,
+    ErrorInfo,
+    Original,
+    RawOriginal,
+)
 
-__all__ = ["REASONS", "DeadLetter", "ErrorInfo"]
+__all__ = [
+    "REASONS",
+    "BlobOriginal",
+    "DeadLetter",
+    "EnvelopeOriginal",
+    "ErrorInfo",
+    "Original",
+    "RawOriginal",
+]

@@ -9,12 +9,12 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from dlq.record import DeadLetter
-from taskq.app import App
+from taskq.client import ClientSource
+from taskq.dlq.record import DeadLetter
 from taskq.envelope import parse_time
 from taskq.errors import NotFound
-from taskq.jetstream import StoredMessage
-from taskq.names import Names
+from taskq.nats import StoredMessage
+from taskq.topology.names import Names
 
 log = logging.getLogger("taskq.dlq")
 
@@ -30,14 +30,15 @@ class Filters:
 
     @property
     def empty(self) -> bool:
+        """True when nothing is filtered out."""
         return not (self.queue or self.task or self.reason or self.since)
 
     def subject(self, names: Names) -> str:
         """The narrowest subject filter: queue and task are subject tokens."""
-        queue = self.queue or "*"
-        return names.dlq_subject(queue, self.task) if self.task else f"{names.prefix}.dlq.{queue}.>"
+        return names.dlq_filter_for(self.queue, self.task)
 
     def accepts(self, record: DeadLetter, now: float) -> bool:
+        """Whether `record` passes the filters the subject cannot express (at time `now`)."""
         if self.reason and record.reason != self.reason:
             return False
         if self.since is not None:
@@ -52,14 +53,14 @@ def parse(stored: StoredMessage) -> DeadLetter:
 
 
 async def iter_stored(
-    app: App, filters: Filters | None = None
+    source: ClientSource, filters: Filters | None = None
 ) -> AsyncIterator[tuple[StoredMessage, DeadLetter]]:
     """Matching DLQ messages with their records, oldest first. Unreadable messages are
     skipped with a warning; no DLQ stream yet means nothing has ever died."""
     filters = filters or Filters()
-    broker = await app.broker()
+    client = await source.client()
     now = time.time()
-    reader = broker.read_stream(app.names.dlq_stream, filters.subject(app.names))
+    reader = client.connection.messages.read(client.names.dlq_stream, filters.subject(client.names))
     try:
         async for stored in reader:
             try:
@@ -73,32 +74,37 @@ async def iter_stored(
         return
 
 
-async def iter_dead(app: App, filters: Filters | None = None) -> AsyncIterator[DeadLetter]:
+async def iter_dead(
+    source: ClientSource, filters: Filters | None = None
+) -> AsyncIterator[DeadLetter]:
     """Matching dead letters, oldest first."""
-    async for _, record in iter_stored(app, filters):
+    async for _, record in iter_stored(source, filters):
         yield record
 
 
 async def list_dead(
-    app: App, filters: Filters | None = None, limit: int | None = None, newest_first: bool = False
+    source: ClientSource,
+    filters: Filters | None = None,
+    limit: int | None = None,
+    newest_first: bool = False,
 ) -> list[DeadLetter]:
     """Matching dead letters as a list (oldest first unless `newest_first`)."""
-    records = [r async for r in iter_dead(app, filters)]
+    records = [r async for r in iter_dead(source, filters)]
     if newest_first:
         records.reverse()
     return records[:limit] if limit is not None else records
 
 
-async def get_dead(app: App, ref: str) -> DeadLetter | None:
+async def get_dead(source: ClientSource, ref: str) -> DeadLetter | None:
     """A dead letter by DLQ sequence number (digits) or by task id."""
-    broker = await app.broker()
+    client = await source.client()
     if ref.isdigit():
         try:
-            stored = await broker.get_msg(app.names.dlq_stream, int(ref))
+            stored = await client.connection.messages.get(client.names.dlq_stream, int(ref))
         except NotFound:
             return None
         return parse(stored) if stored is not None else None
-    async for record in iter_dead(app):
+    async for record in iter_dead(client):
         if record.id == ref:
             return record
     return None

@@ -3,48 +3,57 @@
 A task message can be as large as the server's `max_payload`; its dead-letter record adds
 the error and (for undecodable bytes) base64, so it may not fit. Rather than truncate (and
 lose the task), the original bytes go to the `<PREFIX>_BLOBS` object store and the record's
-`message` becomes a reference: `{"blob": name, "size": n, "id": ..., "task": ...}`.
+`message` becomes a reference, a `BlobOriginal`:
+`{"blob": name, "size": n, "id": ..., "task": ...}`.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 
-from dlq.record import DeadLetter
-from taskq.app import App
-from taskq.jetstream import Broker
-from taskq.names import Names
+from taskq.client import ClientSource
+from taskq.dlq.record import BlobOriginal, DeadLetter, RawOriginal
 
 # room for the subject, headers and protocol framing around the record body
 HEADROOM = 1024
 
 
 def blob_name(record: DeadLetter) -> str:
+    """The object-store name of a record's original (unique per task id and original seq)."""
     return f"dlq.{record.queue}.{record.original_seq}.{record.id}"
 
 
-async def fit(broker: Broker, names: Names, record: DeadLetter, raw: bytes | None) -> DeadLetter:
+async def fit(source: ClientSource, record: DeadLetter, raw: bytes | None) -> DeadLetter:
     """`record` itself if it fits in one message, else a copy whose original is a blob."""
-    if len(record.body()) + HEADROOM <= broker.max_payload:
+    client = await source.client()
+    connection = client.connection
+    if len(record.body()) + HEADROOM <= connection.max_payload:
         return record
-    original = raw if raw is not None else json.dumps(record.message).encode()
+    original = raw if raw is not None else json.dumps(record.message.model_dump()).encode()
     name = blob_name(record)
-    await broker.put_blob(names.blobs_bucket, name, original, broker.settings.replicas)
-    reference = {"blob": name, "size": len(original), "id": record.id, "task": record.task}
+    await connection.blobs.put(client.names.blobs_bucket, name, original, client.settings.replicas)
+    reference = BlobOriginal(blob=name, size=len(original), id=record.id, task=record.task)
     error = record.error.model_copy(update={"traceback": record.error.traceback[-20_000:]})
     return record.model_copy(update={"message": reference, "error": error})
 
 
-async def original_bytes(app: App, record: DeadLetter) -> bytes:
+async def original_bytes(source: ClientSource, record: DeadLetter) -> bytes:
     """The original task message's bytes, wherever the record keeps them."""
     message = record.message
-    if "blob" in message:
-        broker = await app.broker()
-        data = await broker.get_blob(app.names.blobs_bucket, str(message["blob"]))
+    if isinstance(message, BlobOriginal):
+        client = await source.client()
+        data = await client.connection.blobs.get(client.names.blobs_bucket, message.blob)
         if data is None:
-            raise LookupError(f"dead letter {record.id}: blob {message['blob']} is missing")
+            raise LookupError(f"dead letter {record.id}: blob {message.blob} is missing")
         return data
-    if "raw_b64" in message:
-        return base64.b64decode(str(message["raw_b64"]))
-    return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
+    if isinstance(message, RawOriginal):
+        decoded: bytes = message.decoded()
+        return decoded
+    return json.dumps(message.model_dump(), separators=(",", ":"), ensure_ascii=False).encode()
+
+
+async def discard_blob(source: ClientSource, record: DeadLetter) -> None:
+    """Delete the object-store copy of a record's original, if it has one."""
+    if isinstance(record.message, BlobOriginal):
+        client = await source.client()
+        await client.connection.blobs.delete(client.names.blobs_bucket, record.message.blob)

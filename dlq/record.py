@@ -1,4 +1,10 @@
-"""Dead-letter records (DESIGN §4) and how the worker writes them."""
+"""Dead-letter records (DESIGN §4) and how the worker writes them.
+
+A record's `message` is the task as it arrived, in one of three typed shapes validated when a
+record is read: the decoded envelope (`EnvelopeOriginal`), the undecodable bytes in base64
+(`RawOriginal`), or a reference to the bytes kept in the object store (`BlobOriginal`, see
+`taskq.dlq.oversize`). Each serializes to the same JSON object as before it was typed.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +12,20 @@ import base64
 import os
 import socket
 import traceback as tb
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    SerializerFunctionWrapHandler,
+    Tag,
+    model_serializer,
+)
 
 from taskq.envelope import Envelope, now_iso
-from taskq.jetstream import Broker, PubAck
-from taskq.names import Names
 from taskq.policy import DeadReason
-from taskq.retrying import retry_transient
 
 REASONS: tuple[str, ...] = (
     "exhausted",
@@ -40,10 +51,87 @@ class ErrorInfo(BaseModel):
 
     @classmethod
     def of(cls, error: BaseException | None, message: str = "", trace: str = "") -> ErrorInfo:
+        """The record of `error` (or of `message` alone when there is no exception)."""
         if error is None:
             return cls(type="", message=message, traceback=trace)
         text = trace or "".join(tb.format_exception(type(error), error, error.__traceback__))
         return cls(type=type(error).__name__, message=message or str(error), traceback=text)
+
+
+class EnvelopeOriginal(BaseModel):
+    """A decoded original: the task envelope's wire dict, every key kept (unknown ones too).
+
+    Serializes only the keys it was given, in the envelope's order, so a record written from
+    `Envelope.to_dict()` (or read back from the stream) keeps its exact JSON shape.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    v: int = 1
+    id: str
+    task: str
+    args: list[Any] = Field(default_factory=list)
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    enqueued_at: str | None = None
+    expires_at: str | None = None
+    eta: str | None = None
+    flow: dict[str, Any] | None = None
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+    @model_serializer(mode="wrap")
+    def _as_given(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Leave out defaults for keys the original did not have: no new null keys."""
+        data: dict[str, Any] = handler(self)
+        given = self.model_fields_set | set(self.model_extra or {})
+        return {key: value for key, value in data.items() if key in given}
+
+    def requeued(self, dlq_seq: int, reason: str, at: str) -> EnvelopeOriginal:
+        """A copy marked in `meta.requeued_from` (a requeue says where the task came from)."""
+        origin = {"dlq_seq": dlq_seq, "reason": reason, "at": at}
+        return self.model_copy(update={"meta": {**self.meta, "requeued_from": origin}})
+
+
+class RawOriginal(BaseModel):
+    """An undecodable original: its bytes, base64-encoded."""
+
+    model_config = ConfigDict(frozen=True)
+
+    raw_b64: str
+
+    def decoded(self) -> bytes:
+        """The original bytes."""
+        return base64.b64decode(self.raw_b64)
+
+
+class BlobOriginal(BaseModel):
+    """An original too large for the record: its bytes live in the `<PREFIX>_BLOBS` object
+    store under `blob` (`size` bytes); `id` and `task` keep the record browsable."""
+
+    model_config = ConfigDict(frozen=True)
+
+    blob: str
+    size: int
+    id: str | None = None
+    task: str | None = None
+
+
+def _original_kind(value: Any) -> str | None:
+    """The tag of an original, from a wire dict (by its keys) or from a model."""
+    if isinstance(value, dict):
+        return "blob" if "blob" in value else "raw" if "raw_b64" in value else "envelope"
+    if isinstance(value, BlobOriginal):
+        return "blob"
+    if isinstance(value, RawOriginal):
+        return "raw"
+    return "envelope" if isinstance(value, EnvelopeOriginal) else None
+
+
+Original = Annotated[
+    Annotated[EnvelopeOriginal, Tag("envelope")]
+    | Annotated[RawOriginal, Tag("raw")]
+    | Annotated[BlobOriginal, Tag("blob")],
+    Discriminator(_original_kind),
+]
 
 
 class DeadLetter(BaseModel):
@@ -52,7 +140,7 @@ class DeadLetter(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     v: int = 1
-    message: dict[str, Any]
+    message: Original
     reason: str
     error: ErrorInfo
     attempts: int
@@ -65,25 +153,31 @@ class DeadLetter(BaseModel):
 
     @property
     def id(self) -> str:
-        return str(self.message.get("id") or f"seq-{self.original_seq}")
+        """The task id (`seq-<original seq>` when the original has none)."""
+        known = None if isinstance(self.message, RawOriginal) else self.message.id
+        return known or f"seq-{self.original_seq}"
 
     @property
     def task(self) -> str:
-        return str(self.message.get("task") or "_unknown")
+        """The task name (`_unknown` when the original has none)."""
+        known = None if isinstance(self.message, RawOriginal) else self.message.task
+        return known or "_unknown"
 
     def body(self) -> bytes:
+        """The record as the DLQ message body."""
         return self.model_dump_json(exclude={"seq"}).encode()
 
 
 def worker_name() -> str:
+    """This process, as named in the records it writes."""
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def message_of(envelope: Envelope | None, raw: bytes) -> dict[str, Any]:
+def message_of(envelope: Envelope | None, raw: bytes) -> EnvelopeOriginal | RawOriginal:
     """The `message` field: the envelope, or the raw bytes base64-encoded if undecodable."""
     if envelope is not None:
-        return envelope.to_dict()
-    return {"raw_b64": base64.b64encode(raw).decode()}
+        return EnvelopeOriginal.model_validate(envelope.to_dict())
+    return RawOriginal(raw_b64=base64.b64encode(raw).decode())
 
 
 def make_record(
@@ -96,6 +190,7 @@ def make_record(
     queue: str,
     original_seq: int,
 ) -> DeadLetter:
+    """A new record of a task that died now, in this worker."""
     return DeadLetter(
         message=message_of(envelope, raw),
         reason=reason,
@@ -106,39 +201,3 @@ def make_record(
         failed_at=now_iso(),
         worker=worker_name(),
     )
-
-
-async def publish_record(
-    broker: Broker,
-    names: Names,
-    record: DeadLetter,
-    task: str | None = None,
-    raw: bytes | None = None,
-) -> PubAck:
-    """Store a record in the DLQ, acknowledged, deduplicated per (task id, original seq).
-
-    The id includes the original stream sequence so the same task dying again after a
-    requeue is a new record, not a duplicate swallowed by the dedup window.
-    """
-    from dlq.oversize import fit  # imports this module: resolved at call time
-
-    record = await fit(broker, names, record, raw)
-    task_name = task or record.task
-    headers = {
-        "Nats-Msg-Id": f"{record.id}.dead.{record.original_seq}",
-        REASON_HEADER: record.reason,
-        QUEUE_HEADER: record.queue,
-        ID_HEADER: record.id,
-        "Taskq-Task": task_name,
-    }
-    subject = names.dlq_subject(record.queue, _subject_safe(task_name))
-    body = record.body()
-    return await retry_transient(
-        lambda: broker.publish(subject, body, headers), what="dead-letter write"
-    )
-
-
-def _subject_safe(task: str) -> str:
-    """A task name usable as subject tokens (undecodable messages may have odd subjects)."""
-    tokens = [t for t in task.split(".") if t and not set(t) & {"*", ">", " "}]
-    return ".".join(tokens) or "_unknown"

@@ -11,84 +11,98 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
-from dlq.oversize import original_bytes
-from dlq.record import DeadLetter
-from taskq.app import App
+from taskq.client import Client, ClientSource
+from taskq.dlq.oversize import discard_blob, original_bytes
+from taskq.dlq.record import DeadLetter, EnvelopeOriginal
 from taskq.envelope import MSG_ID, TASK_HEADER, now_iso
 from taskq.errors import TaskqError
-from taskq.jetstream import PubAck
-from taskq.names import check_queue
+from taskq.nats import PubAck
+from taskq.topology.names import check_queue
 
 CHUNK = 256
+
+Pending = list[tuple[DeadLetter, asyncio.Future[PubAck]]]  # records sent, acks to come
 
 
 @dataclass
 class RequeueResult:
+    """What a requeue did: how many went back, and which records failed and why."""
+
     requeued: int = 0
     failed: list[tuple[int, str]] = field(default_factory=list)  # (dlq seq, why)
 
 
 def requeue_id(record: DeadLetter) -> str:
+    """The message id of a record's requeue (the same every time it is retried)."""
     return f"{record.id}.requeue.{record.seq}"
 
 
-async def payload(app: App, record: DeadLetter) -> bytes:
+async def payload(source: ClientSource, record: DeadLetter) -> bytes:
     """The bytes to publish: the envelope marked `requeued_from`, or the original bytes."""
-    message = dict(record.message)
-    if "task" in message and "blob" not in message and "raw_b64" not in message:
-        meta = dict(message.get("meta") or {})
-        meta["requeued_from"] = {"dlq_seq": record.seq, "reason": record.reason, "at": now_iso()}
-        message["meta"] = meta
-        from pydantic_core import to_json
-
-        return to_json(message)
-    return await original_bytes(app, record)
+    message = record.message
+    body: bytes
+    if isinstance(message, EnvelopeOriginal):
+        body = message.requeued(record.seq, record.reason, now_iso()).model_dump_json().encode()
+    else:
+        body = await original_bytes(source, record)
+    return body
 
 
 async def requeue(
-    app: App,
+    source: ClientSource,
     records: Iterable[DeadLetter],
     to_queue: str | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> RequeueResult:
     """Republish `records` (to their queue, or `to_queue`) and delete them from the DLQ."""
+    client = await source.client()
     result = RequeueResult()
     pending = list(records)
     for start in range(0, len(pending), CHUNK):
         chunk = pending[start : start + CHUNK]
-        await _requeue_chunk(app, chunk, to_queue, result)
+        await _requeue_chunk(client, chunk, to_queue, result)
         if progress:
             progress(len(chunk))
     return result
 
 
 async def _requeue_chunk(
-    app: App, chunk: list[DeadLetter], to_queue: str | None, result: RequeueResult
+    client: Client, chunk: list[DeadLetter], to_queue: str | None, result: RequeueResult
 ) -> None:
-    broker = await app.broker()
-    waits: list[tuple[DeadLetter, Any]] = []
+    """Publish a chunk pipelined; once every ack is in, delete the acknowledged records."""
+    waits: Pending = []
     for record in chunk:
-        queue = check_queue(to_queue or record.queue)
-        msg_id = requeue_id(record)
-        # placed by its id: a requeue run again lands in the same partition's dedup window
-        part = await app.place(queue, msg_id)
-        subject = app.names.queue_subject(queue, record.task, part)
-        headers = {MSG_ID: msg_id, TASK_HEADER: record.task}
-        try:
-            body = await payload(app, record)
-            waits.append((record, await broker.publish_nowait(subject, body, headers)))
-        except (TaskqError, LookupError) as exc:
-            result.failed.append((record.seq, str(exc)))
+        await _publish(client, record, to_queue, waits, result)
     acks = await asyncio.gather(*(w for _, w in waits), return_exceptions=True)
     published = [r for (r, _), a in zip(waits, acks, strict=True) if isinstance(a, PubAck)]
     for (record, _), ack in zip(waits, acks, strict=True):
         if not isinstance(ack, PubAck):
             result.failed.append((record.seq, f"publish not acknowledged: {ack}"))
     # only now, with every publish acknowledged, remove the records
-    await asyncio.gather(*(broker.delete_msg(app.names.dlq_stream, r.seq) for r in published))
+    stream = client.names.dlq_stream
+    await asyncio.gather(*(client.connection.messages.delete(stream, r.seq) for r in published))
     for record in published:
-        if "blob" in record.message:
-            await broker.delete_blob(app.names.blobs_bucket, str(record.message["blob"]))
+        await discard_blob(client, record)
     result.requeued += len(published)
+
+
+async def _publish(
+    client: Client,
+    record: DeadLetter,
+    to_queue: str | None,
+    waits: Pending,
+    result: RequeueResult,
+) -> None:
+    """Send one record's task (not waiting for the ack, added to `waits`), or note why not."""
+    queue = check_queue(to_queue or record.queue)
+    msg_id = requeue_id(record)
+    # placed by its id: a requeue run again lands in the same partition's dedup window
+    part = await client.place(queue, msg_id)
+    subject = client.names.queue_subject(queue, record.task, part)
+    headers = {MSG_ID: msg_id, TASK_HEADER: record.task}
+    try:
+        body = await payload(client, record)
+        waits.append((record, await client.connection.publish_nowait(subject, body, headers)))
+    except (TaskqError, LookupError) as exc:
+        result.failed.append((record.seq, str(exc)))

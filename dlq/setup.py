@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from taskq.app import App
+from taskq.client import ClientSource
 from taskq.retrying import retry_transient
-from taskq.topology import dlq_stream
+from taskq.topology.specs import dlq_stream
 
 
-async def ensure_dlq(app: App) -> None:
-    broker = await app.broker()
-    spec = dlq_stream(app.names, app.settings)
-    await retry_transient(lambda: broker.ensure_stream(spec), what="DLQ set-up")
+async def ensure_dlq(source: ClientSource) -> None:
+    """Create the DLQ stream if missing (or update its drifted config), riding out elections."""
+    client = await source.client()
+    spec = dlq_stream(client.names, client.settings)
+    await retry_transient(lambda: client.connection.streams.ensure(spec), what="DLQ set-up")

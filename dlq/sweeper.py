@@ -14,25 +14,27 @@ import asyncio
 import json
 import logging
 
-from dlq.record import ErrorInfo, make_record, publish_record
-from taskq.app import App
+from taskq.client import Client
+from taskq.dlq.record import ErrorInfo, make_record
+from taskq.dlq.write import publish_record
 from taskq.envelope import MSG_ID, decode
 from taskq.errors import DecodeError, TaskqError, TransientError
-from taskq.jetstream import Broker, Delivery, StoredMessage
+from taskq.nats import Delivery, StoredMessage
 from taskq.retrying import retry_transient
-from taskq.topology import events_consumer
+from taskq.topology.specs import events_consumer
 
 log = logging.getLogger("taskq.dlq")
 
 
-async def run_sweeper(app: App, broker: Broker, stopping: asyncio.Event) -> None:
+async def run_sweeper(client: Client, stopping: asyncio.Event) -> None:
     """Sweep advisories until `stopping` is set; never raises."""
-    names = app.names
+    names, connection = client.names, client.connection
     try:
         await retry_transient(
-            lambda: broker.ensure_consumer(events_consumer(names)), what="sweeper set-up"
+            lambda: connection.streams.ensure_consumer(events_consumer(names)),
+            what="sweeper set-up",
         )
-        puller = await broker.pull(names.events_stream, names.events_consumer)
+        puller = await connection.pull(names.events_stream, names.events_consumer)
     except TaskqError as exc:
         log.warning("sweeper not started: %s", exc)
         return
@@ -40,7 +42,7 @@ async def run_sweeper(app: App, broker: Broker, stopping: asyncio.Event) -> None
         while not stopping.is_set():
             try:
                 async for advisory in puller.stream(16, 1.0):
-                    await sweep_one(app, broker, advisory)
+                    await sweep_one(client, advisory)
             except TaskqError as exc:
                 log.warning("sweeper: %s", exc)
                 await asyncio.sleep(1.0)
@@ -48,7 +50,7 @@ async def run_sweeper(app: App, broker: Broker, stopping: asyncio.Event) -> None
         await puller.close()
 
 
-async def sweep_one(app: App, broker: Broker, advisory: Delivery) -> None:
+async def sweep_one(client: Client, advisory: Delivery) -> None:
     """Dead-letter the message one MAX_DELIVERIES advisory points at, then ack it."""
     try:
         event = json.loads(advisory.data)
@@ -58,20 +60,18 @@ async def sweep_one(app: App, broker: Broker, advisory: Delivery) -> None:
         await advisory.ack()  # not an advisory we understand: nothing to move
         return
     try:
-        stored = await broker.get_msg(stream, seq)
+        stored = await client.connection.messages.get(stream, seq)
         if stored is not None:
-            await _move(app, broker, stream, stored, deliveries)
+            await _move(client, stream, stored, deliveries)
     except TransientError:
         await advisory.nak(2.0)  # try again shortly; every step is idempotent
         return
     await advisory.ack()
 
 
-async def _move(
-    app: App, broker: Broker, stream: str, stored: StoredMessage, deliveries: int
-) -> None:
-    names = app.names
-    parsed = names.parse_queue_subject(stored.subject)
+async def _move(client: Client, stream: str, stored: StoredMessage, deliveries: int) -> None:
+    """Write the `crashed` record of a stored task message (acknowledged), then delete it."""
+    parsed = client.names.parse_queue_subject(stored.subject)
     if parsed is None:  # a schedule or foreign subject: not a task message
         return
     queue, subject_task = parsed
@@ -97,8 +97,7 @@ async def _move(
         queue=queue,
         original_seq=stored.seq,
     )
-    await publish_record(
-        broker, names, record, envelope.task if envelope else subject_task, stored.data
-    )
-    await broker.delete_msg(stream, stored.seq)
+    task = envelope.task if envelope else subject_task
+    await publish_record(client, record, task, stored.data)
+    await client.connection.messages.delete(stream, stored.seq)
     log.error("swept %s[%s] into the DLQ after %d deliveries", record.task, record.id, deliveries)

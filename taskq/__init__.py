@@ -1,11 +1,15 @@
 """taskq: a task engine for Python built natively on NATS JetStream."""
 
 from taskq.app import App
+from taskq.client import Client
+from taskq.context import TaskContext, current
 from taskq.errors import (
     ArgumentsError,
     BrokerError,
     ConfigError,
     ConnectError,
+    HookError,
+    NoTaskContext,
     PayloadTooLarge,
     PermissionDenied,
     Reject,
@@ -17,8 +21,9 @@ from taskq.errors import (
     ValidationError,
 )
 from taskq.handle import TaskHandle
-from taskq.task import Task
-from taskq.workflows import GroupHandle, Signature, chain, chord, group
+from taskq.middleware import Middleware
+from taskq.task import Signature, Task
+from taskq.workflows import GroupHandle, chain, chord, group
 
 __version__ = "0.1.0"
 
@@ -26,15 +31,20 @@ __all__ = [
     "App",
     "ArgumentsError",
     "BrokerError",
+    "Client",
     "ConfigError",
     "ConnectError",
     "GroupHandle",
+    "HookError",
+    "Middleware",
+    "NoTaskContext",
     "PayloadTooLarge",
     "PermissionDenied",
     "Reject",
     "Retry",
     "Signature",
     "Task",
+    "TaskContext",
     "TaskFailed",
     "TaskHandle",
     "TaskTimeout",
@@ -43,5 +53,6 @@ __all__ = [
     "ValidationError",
     "chain",
     "chord",
+    "current",
     "group",
 ]

@@ -1,5 +1,5 @@
 """`python -m taskq` is the `taskq` command."""
 
-from taskq.cli import main
+from taskq.cli.main import main
 
 main()

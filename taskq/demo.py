@@ -73,7 +73,7 @@ def _spark_tasks(app: App) -> None:
 def spark_problem() -> str | None:
     """Why Spark cannot run here (no pyspark, no Java 17+), or None."""
     from taskq.settings import Settings
-    from workers.spark_session import SparkRuntime
+    from taskq.workers.spark_session import SparkRuntime
 
     try:
         SparkRuntime(Settings()).check()
@@ -101,47 +101,60 @@ def run_demo(burst: int, spark: bool = True) -> int:
 
 
 async def _demo(app: App, burst: int) -> int:
-    from workers import Worker
+    from taskq.workers import Worker
 
     worker = Worker(app, concurrency=32)
     running = asyncio.create_task(worker.run())
     await worker.wait_ready()
     click.echo("  worker   started in this process (concurrency 32)")
-    tasks = app.tasks
-    await tasks["add"].enqueue(2, 3)
-    await tasks["square"].enqueue(1.5)
-    await tasks["flaky"].enqueue(7)
-    await tasks["doomed"].enqueue("A-1001")
-    click.echo("  enqueued add(2, 3), square(1.5), flaky(7), doomed('A-1001')")
-    ok = await _wait(lambda: worker.stats["succeeded"] >= 3 and worker.stats["dead"] >= 1)
-    spark_line = await _spark_stage(app, worker) if "word_score" in tasks else None
+    ok = await _first_tasks(app, worker)
+    spark_line = await _spark_stage(app, worker) if "word_score" in app.tasks else None
     ok = ok and spark_line is not False
     started = time.perf_counter()
     for _ in range(burst):
-        await tasks["noop"].enqueue()
+        await app.tasks["noop"].enqueue()
     enqueue_s = time.perf_counter() - started
     ok = ok and await _wait(lambda: worker.stats["succeeded"] >= 3 + burst)
     drain_s = time.perf_counter() - started
     dead = await _dead_letters(app)
-    from taskq.commands.queues import table
+    from taskq.cli.queues import table
     from taskq.queue_stats import snapshot
 
     queues = table(await snapshot(app, None, 0))
     worker.stop()
     await running
     await app.aclose()
-    _summary(worker.stats, dead, burst, enqueue_s, drain_s,
-             spark_line if isinstance(spark_line, str) else None)
+    _summary(
+        worker.stats,
+        dead,
+        burst,
+        enqueue_s,
+        drain_s,
+        spark_line if isinstance(spark_line, str) else None,
+    )
     click.echo("")
     click.echo("queues (taskq queues)")
     click.echo(queues)
     return 0 if ok else 1
 
 
+async def _first_tasks(app: App, worker: Any) -> bool:
+    """One that succeeds, one in a thread, one that retries, one that dies."""
+    tasks = app.tasks
+    await tasks["add"].enqueue(2, 3)
+    await tasks["square"].enqueue(1.5)
+    await tasks["flaky"].enqueue(7)
+    await tasks["doomed"].enqueue("A-1001")
+    click.echo("  enqueued add(2, 3), square(1.5), flaky(7), doomed('A-1001')")
+    return await _wait(lambda: worker.stats["succeeded"] >= 3 and worker.stats["dead"] >= 1)
+
+
 async def _spark_stage(app: App, worker: Any) -> str | bool:
     """Run the Spark tasks; the summary line, or False if they did not settle in time."""
-    click.echo(f"  spark    starting a local SparkSession; sum_of_range(1,000,000) and "
-               f"{SPARK_ITEMS:,} word_score items ...")
+    click.echo(
+        f"  spark    starting a local SparkSession; sum_of_range(1,000,000) and "
+        f"{SPARK_ITEMS:,} word_score items ..."
+    )
     before = worker.stats["succeeded"]
     started = time.perf_counter()
     job = await app.tasks["sum_of_range"].enqueue(1_000_000)
@@ -171,7 +184,7 @@ async def _wait(done: Callable[[], bool]) -> bool:
 
 
 async def _dead_letters(app: App) -> list[dict[str, Any]]:
-    from dlq.browse import list_dead
+    from taskq.dlq.browse import list_dead
 
     return [r.model_dump() for r in await list_dead(app)]
 

@@ -8,13 +8,15 @@ sequence) and the task name to the subject's task tokens.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import ValidationError
 from pydantic_core import to_json
 
 from taskq.errors import DecodeError
+from taskq.flow import FLOW, Flow, flow_to_wire
 
 VERSION = 1
 MSG_ID = "Nats-Msg-Id"
@@ -23,7 +25,12 @@ TASK_HEADER = "Taskq-Task"
 
 @dataclass(frozen=True)
 class Envelope:
-    """One task invocation: what to run, with which arguments, and its bookkeeping."""
+    """One task invocation: what to run, with which arguments, and its bookkeeping.
+
+    Not part of the JSON body: `headers`, extra NATS headers that travel with the message
+    (e.g. `traceparent`; enqueue middleware may add to them), and where it goes or came from
+    (`queue`, `subject`).
+    """
 
     id: str
     task: str
@@ -32,8 +39,11 @@ class Envelope:
     enqueued_at: str | None = None
     expires_at: str | None = None
     eta: str | None = None
-    flow: dict[str, Any] | None = None
+    flow: Flow | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+    queue: str = field(default="", compare=False, repr=False)
+    subject: str = field(default="", compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -45,13 +55,17 @@ class Envelope:
             "enqueued_at": self.enqueued_at,
             "expires_at": self.expires_at,
             "eta": self.eta,
-            "flow": self.flow,
+            "flow": None if self.flow is None else flow_to_wire(self.flow),
             "meta": self.meta,
         }
 
     def encode(self) -> bytes:
         # pydantic-core's serializer: the same compact UTF-8 JSON, several times faster
         return to_json(self.to_dict())
+
+    def with_meta(self, **values: Any) -> Envelope:
+        """A copy with `values` added to `meta` (for enqueue middleware)."""
+        return replace(self, meta={**self.meta, **values})
 
     def expired(self, now: datetime | None = None) -> bool:
         if not self.expires_at:
@@ -62,10 +76,7 @@ class Envelope:
 # field -> accepted JSON types; only `args`/`kwargs` are required from foreign producers.
 # Checked by hand rather than by a pydantic model: this runs once per delivered message.
 _OPTIONAL_TEXT = ("id", "task", "enqueued_at", "expires_at", "eta")
-
-
-def _field_error(name: str, expected: str, value: Any) -> DecodeError:
-    return DecodeError(f"{name}: expected {expected}, got {type(value).__name__}")
+_TIMES = ("enqueued_at", "expires_at", "eta")
 
 
 def decode(
@@ -74,44 +85,20 @@ def decode(
     subject_task: str | None,
     msg_id: str | None,
     seq: int,
+    headers: dict[str, str] | None = None,
+    queue: str = "",
+    subject: str = "",
 ) -> Envelope:
-    """Parse wire bytes into an Envelope, or raise DecodeError saying what is wrong."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise DecodeError(f"body is not UTF-8: {exc.reason} at byte {exc.start}") from None
-    try:
-        raw = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise DecodeError(f"body is not JSON: {str(exc)[:200]}") from None
-    if not isinstance(raw, dict):
-        raise DecodeError(f"body is JSON {type(raw).__name__}, not an object")
-    version = raw.get("v", VERSION)
-    if type(version) is not int:
-        raise _field_error("v", "an integer", version)
-    if version != VERSION:
-        raise DecodeError(f"unsupported wire format version {version} (this taskq reads {VERSION})")
-    args = raw.get("args", [])
-    kwargs = raw.get("kwargs", {})
+    """Parse wire bytes into an Envelope, or raise DecodeError saying what is wrong.
+    `headers`, `queue` and `subject` are where it came from (kept, not validated)."""
+    raw = _json_object(data)
+    _check_version(raw)
+    args, kwargs = raw.get("args", []), raw.get("kwargs", {})
     if not isinstance(args, list):
         raise _field_error("args", "an array", args)
     if not isinstance(kwargs, dict):
         raise _field_error("kwargs", "an object", kwargs)
-    for name in _OPTIONAL_TEXT:
-        value = raw.get(name)
-        if value is not None and not isinstance(value, str):
-            raise _field_error(name, "a string", value)
-    for name in ("flow", "meta"):
-        value = raw.get(name)
-        if value is not None and not isinstance(value, dict):
-            raise _field_error(name, "an object", value)
-    for name in ("enqueued_at", "expires_at", "eta"):
-        value = raw.get(name)
-        if value is not None:
-            try:
-                parse_time(value)
-            except ValueError:
-                raise DecodeError(f"{name}: not an RFC 3339 time: {value[:64]!r}") from None
+    _check_optional(raw)
     task = raw.get("task") or subject_task
     if not task:
         raise DecodeError("no task name in the body or the subject")
@@ -123,9 +110,68 @@ def decode(
         enqueued_at=raw.get("enqueued_at"),
         expires_at=raw.get("expires_at"),
         eta=raw.get("eta"),
-        flow=raw.get("flow"),
+        flow=_flow(raw.get("flow")),
         meta=raw.get("meta") or {},
+        headers=headers or {},
+        queue=queue,
+        subject=subject,
     )
+
+
+def _json_object(data: bytes) -> dict[str, Any]:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DecodeError(f"body is not UTF-8: {exc.reason} at byte {exc.start}") from None
+    try:
+        raw = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise DecodeError(f"body is not JSON: {str(exc)[:200]}") from None
+    if not isinstance(raw, dict):
+        raise DecodeError(f"body is JSON {type(raw).__name__}, not an object")
+    return raw
+
+
+def _check_version(raw: dict[str, Any]) -> None:
+    version = raw.get("v", VERSION)
+    if type(version) is not int:
+        raise _field_error("v", "an integer", version)
+    if version != VERSION:
+        raise DecodeError(f"unsupported wire format version {version} (this taskq reads {VERSION})")
+
+
+def _check_optional(raw: dict[str, Any]) -> None:
+    for name in _OPTIONAL_TEXT:
+        value = raw.get(name)
+        if value is not None and not isinstance(value, str):
+            raise _field_error(name, "a string", value)
+    for name in ("flow", "meta"):
+        value = raw.get(name)
+        if value is not None and not isinstance(value, dict):
+            raise _field_error(name, "an object", value)
+    for name in _TIMES:
+        value = raw.get(name)
+        if value is None:
+            continue
+        try:
+            parse_time(value)
+        except ValueError:
+            raise DecodeError(f"{name}: not an RFC 3339 time: {value[:64]!r}") from None
+
+
+def _flow(value: dict[str, Any] | None) -> Flow | None:
+    if value is None:
+        return None
+    try:
+        return FLOW.validate_python(value)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        raise DecodeError(f"flow: {where + ': ' if where else ''}{first.get('msg')}") from None
+
+
+def _field_error(name: str, expected: str, value: Any) -> DecodeError:
+    return DecodeError(f"{name}: expected {expected}, got {type(value).__name__}")
 
 
 def now_iso() -> str:

@@ -161,7 +161,12 @@ class TaskFailed(TaskqError):
     """
 
     def __init__(
-        self, task_id: str, state: str, type: str, message: str, traceback: str = "",
+        self,
+        task_id: str,
+        state: str,
+        type: str,
+        message: str,
+        traceback: str = "",
         reason: str = "",
     ) -> None:
         self.task_id = task_id
@@ -182,3 +187,20 @@ class ResultTimeout(TaskqError, TimeoutError):
         self.timeout = timeout
         self.state = state
         super().__init__(f"task {task_id}: no result within {timeout:g}s (state: {state})")
+
+
+class NoTaskContext(TaskqError, LookupError):
+    """`taskq.current()` was called outside a running task."""
+
+    def __init__(self) -> None:
+        super().__init__("taskq.current() is only available inside a running task")
+
+
+class HookError(TaskqError):
+    """A worker lifecycle hook raised: `hook` names it, `error` is what it raised."""
+
+    def __init__(self, stage: str, hook: str, error: BaseException) -> None:
+        self.stage = stage
+        self.hook = hook
+        self.error = error
+        super().__init__(f"worker {stage} hook {hook} failed: {type(error).__name__}: {error}")

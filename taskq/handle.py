@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+from taskq.client import ClientSource, Published
+from taskq.results import fetch, wait
 
 if TYPE_CHECKING:
-    from taskq.app import App
+    from taskq.portal import Portal
+
+
+class HandleSource(ClientSource, Protocol):
+    """What a handle needs of its App: the loop's Client, and the portal for sync calls."""
+
+    @property
+    def portal(self) -> Portal: ...
 
 
 @dataclass(frozen=True)
@@ -22,9 +32,15 @@ class TaskHandle:
     queue: str
     seq: int
     duplicate: bool = False
-    app: App | None = field(default=None, compare=False, repr=False)
+    app: HandleSource | None = field(default=None, compare=False, repr=False)
 
-    def _app(self) -> App:
+    @classmethod
+    def of(cls, published: Published, app: HandleSource) -> TaskHandle:
+        return cls(
+            published.id, published.task, published.queue, published.seq, published.duplicate, app
+        )
+
+    def _app(self) -> HandleSource:
         if self.app is None:
             raise RuntimeError("this handle is not bound to an App: use app.handle(task_id)")
         return self.app
@@ -32,8 +48,6 @@ class TaskHandle:
     async def result(self, timeout: float | None = None) -> Any:
         """The task's return value once it succeeded; raises TaskFailed if it was
         dead-lettered, ResultTimeout if nothing final arrives within `timeout` seconds."""
-        from taskq.results import wait
-
         record = await wait(self._app(), self.id, timeout)
         record.raise_if_failed(self.id)
         return record.result
@@ -44,7 +58,5 @@ class TaskHandle:
 
     async def status(self) -> str:
         """`queued` (no record yet), `failed` (retrying), `succeeded` or `dead`."""
-        from taskq.results import fetch
-
         record = await fetch(self._app(), self.id)
         return record.state if record else "queued"

@@ -7,10 +7,9 @@ the attempt number, so retries need no bookkeeping of our own (DESIGN §1, promi
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from typing import Any, Literal
-
-import tenacity
 
 from taskq.errors import ArgumentsError, Reject, Retry
 
@@ -33,13 +32,11 @@ class RetryPolicy:
         return self.max_retries + 1
 
     def delay(self, attempt: int) -> float:
-        """Delay before the attempt after `attempt`, from tenacity's exponential+jitter wait."""
-        wait = tenacity.wait_exponential_jitter(
-            initial=self.backoff, max=self.backoff_max, exp_base=2, jitter=self.jitter
-        )
-        state = tenacity.RetryCallState(retry_object=None, fn=None, args=(), kwargs={})  # type: ignore[arg-type]
-        state.attempt_number = attempt
-        return float(wait(state))
+        """Delay before the attempt after `attempt`: exponential from `backoff`, plus up to
+        `jitter` seconds at random, capped at `backoff_max` (the NAK delay of a retry)."""
+        exponent = min(max(attempt, 1) - 1, 64)  # 2**64 s is past any cap: no overflow
+        raw = self.backoff * 2.0**exponent + random.uniform(0, self.jitter)
+        return max(0.0, min(raw, self.backoff_max))
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,9 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from taskq.app import App
+from taskq.client import Client, ClientSource
 from taskq.errors import NotFound
-from taskq.partitions import Part, parts_on_server, queues_on_server
+from taskq.topology.partitions import Part, parts_on_server, queues_on_server
 
 
 @dataclass
@@ -34,26 +34,28 @@ class QueueStats:
         return {k: v for k, v in asdict(self).items() if not k.startswith("_")}
 
 
-async def queue_stats(app: App, queue: str, parts: list[Part] | None = None) -> QueueStats:
+async def queue_stats(
+    source: ClientSource, queue: str, parts: list[Part] | None = None
+) -> QueueStats:
     """One queue's figures, summed over every stream it has (all its partitions)."""
-    broker = await app.broker()
+    client = await source.client()
     if parts is None:
-        parts = await parts_on_server(broker, app.names, queue)
-    total = QueueStats(queue, 0, 0, 0, 0, 0, dead=await _dead(app, queue), partitions=0)
+        parts = await parts_on_server(client.connection, client.names, queue)
+    total = QueueStats(queue, 0, 0, 0, 0, 0, dead=await _dead(client, queue), partitions=0)
     for part in parts or [None]:
         with contextlib.suppress(NotFound):  # a stream removed meanwhile counts as empty
-            _add(total, await _stream_stats(app, queue, part))
+            _add(total, await _stream_stats(client, queue, part))
     total.partitions = max(1, len(parts))
     total.per_task = dict(sorted(total.per_task.items()))
     return total
 
 
-async def _stream_stats(app: App, queue: str, part: Part) -> QueueStats:
-    broker, names = await app.broker(), app.names
+async def _stream_stats(client: Client, queue: str, part: Part) -> QueueStats:
+    streams, names = client.connection.streams, client.names
     stream = names.queue_stream(queue, part)
-    state = await broker.stream_state(stream, subjects_filter=names.queue_filter(queue, part))
+    state = await streams.state(stream, subjects_filter=names.queue_filter(queue, part))
     try:
-        consumer = await broker.consumer_state(stream, names.consumer(queue))
+        consumer = await streams.consumer_state(stream, names.consumer(queue))
         pending, ack_pending = consumer.pending, consumer.ack_pending
         redelivered, pulls = consumer.redelivered, consumer.waiting
     except NotFound:  # no worker has ever run: everything stored is waiting
@@ -64,8 +66,16 @@ async def _stream_stats(app: App, queue: str, part: Part) -> QueueStats:
         if parsed is not None:
             per_task[parsed[1]] += count
     return QueueStats(
-        queue, pending, ack_pending, redelivered, pulls, state.consumers, 0,
-        per_task=dict(per_task), _last_seq=state.last_seq, _messages=state.messages,
+        queue,
+        pending,
+        ack_pending,
+        redelivered,
+        pulls,
+        state.consumers,
+        0,
+        per_task=dict(per_task),
+        _last_seq=state.last_seq,
+        _messages=state.messages,
     )
 
 
@@ -82,27 +92,30 @@ def _add(total: QueueStats, part: QueueStats) -> None:
         total.per_task[task] = total.per_task.get(task, 0) + count
 
 
-async def _dead(app: App, queue: str) -> int:
-    broker = await app.broker()
+async def _dead(client: Client, queue: str) -> int:
+    names = client.names
     try:
-        state = await broker.stream_state(
-            app.names.dlq_stream, subjects_filter=f"{app.names.prefix}.dlq.{queue}.>"
+        state = await client.connection.streams.state(
+            names.dlq_stream, subjects_filter=names.dlq_filter_for(queue)
         )
     except NotFound:
         return 0
     return sum(state.subjects.values())
 
 
-async def snapshot(app: App, queues: list[str] | None, interval: float) -> list[QueueStats]:
+async def snapshot(
+    source: ClientSource, queues: list[str] | None, interval: float
+) -> list[QueueStats]:
     """Stats of each queue, with rates measured over `interval` seconds (0: no rates)."""
-    on_server = await queues_on_server(await app.broker(), app.names)
+    client = await source.client()
+    on_server = await queues_on_server(client.connection, client.names)
     names = queues or list(on_server)
-    first = [await queue_stats(app, q, on_server.get(q, [])) for q in names]
+    first = [await queue_stats(client, q, on_server.get(q, [])) for q in names]
     if interval <= 0:
         return first
     started = time.monotonic()
     await asyncio.sleep(interval)
-    second = [await queue_stats(app, q, on_server.get(q, [])) for q in names]
+    second = [await queue_stats(client, q, on_server.get(q, [])) for q in names]
     elapsed = time.monotonic() - started
     for before, after in zip(first, second, strict=True):
         enqueued = after._last_seq - before._last_seq

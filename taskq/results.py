@@ -19,12 +19,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import to_json
 
-from taskq.app import App
+from taskq.client import Client, ClientSource
 from taskq.envelope import now_iso
 from taskq.errors import ResultTimeout, TaskFailed
-from taskq.jetstream import Broker
 from taskq.retrying import retry_transient
-from taskq.topology import results_bucket
+from taskq.topology.specs import results_bucket
 
 FINAL = ("succeeded", "dead")
 _KEY_OK = re.compile(r"^[-/_=.a-zA-Z0-9]+$")
@@ -66,62 +65,72 @@ def key_for(task_id: str) -> str:
     return "h." + hashlib.sha256(task_id.encode()).hexdigest()
 
 
-async def ensure_results(app: App, broker: Broker) -> None:
-    spec = results_bucket(app.names, app.settings)
-    await retry_transient(lambda: broker.ensure_bucket(spec), what="results bucket set-up")
+async def ensure_results(client: Client) -> None:
+    spec = results_bucket(client.names, client.settings)
+    await retry_transient(lambda: client.connection.kv.ensure(spec), what="results bucket set-up")
 
 
-async def store(app: App, broker: Broker, task_id: str, record: ResultRecord) -> None:
+async def store(client: Client, task_id: str, record: ResultRecord) -> None:
     """Write a task's record (acknowledged by the server)."""
     # the fields as a dict directly: model_copy + model_dump cost more than the write itself
     fields = {name: getattr(record, name) for name in _FIELDS}
     fields["updated_at"] = now_iso()
     body = to_json(fields, fallback=repr)
-    bucket, key = app.names.results_bucket, key_for(task_id)
-    await retry_transient(lambda: broker.kv_put(bucket, key, body), what="result write")
+    bucket, key = client.names.results_bucket, key_for(task_id)
+    await retry_transient(lambda: client.connection.kv.put(bucket, key, body), what="result write")
 
 
-async def fetch(app: App, task_id: str) -> ResultRecord | None:
-    broker = await app.broker()
-    await ensure_results(app, broker)
-    found = await broker.kv_get(app.names.results_bucket, key_for(task_id))
-    return _parse(found[0]) if found else None
+async def fetch(source: ClientSource, task_id: str) -> ResultRecord | None:
+    """The task's record as it stands (None: no record yet)."""
+    client = await source.client()
+    await ensure_results(client)
+    return await _read(client, key_for(task_id))
 
 
-async def wait(app: App, task_id: str, timeout: float | None) -> ResultRecord:
+async def wait(source: ClientSource, task_id: str, timeout: float | None) -> ResultRecord:
     """The task's final record (succeeded or dead), waiting up to `timeout` seconds."""
-    broker = await app.broker()
-    await ensure_results(app, broker)
+    client = await source.client()
+    await ensure_results(client)
     updates: asyncio.Queue[bytes] = asyncio.Queue()
 
     async def on_update(_subject: str, data: bytes) -> None:
         await updates.put(data)
 
     key = key_for(task_id)
-    unsubscribe = await broker.subscribe(f"$KV.{app.names.results_bucket}.{key}", on_update)
+    stop = await client.connection.kv.watch(client.names.results_bucket, key, on_update)
     try:
-        record = await _read(app, broker, key)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        recheck = 0.05
-        while record is None or record.state not in FINAL:
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                raise ResultTimeout(task_id, timeout or 0.0, record.state if record else "queued")
-            pause = recheck if remaining is None else min(recheck, remaining)
-            try:
-                record = _parse(await asyncio.wait_for(updates.get(), pause)) or record
-            except TimeoutError:
-                # A write that reached the server just before our subscription may not have
-                # been readable yet at the first read: read again, less often each time.
-                record = await _read(app, broker, key) or record
-                recheck = min(recheck * 2, 2.0)
-        return record
+        return await _final(client, key, task_id, updates, timeout)
     finally:
-        await unsubscribe()
+        await stop()
 
 
-async def _read(app: App, broker: Broker, key: str) -> ResultRecord | None:
-    found = await broker.kv_get(app.names.results_bucket, key)
+async def _final(
+    client: Client,
+    key: str,
+    task_id: str,
+    updates: asyncio.Queue[bytes],
+    timeout: float | None,
+) -> ResultRecord:
+    record = await _read(client, key)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    recheck = 0.05
+    while record is None or record.state not in FINAL:
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            raise ResultTimeout(task_id, timeout or 0.0, record.state if record else "queued")
+        pause = recheck if remaining is None else min(recheck, remaining)
+        try:
+            record = _parse(await asyncio.wait_for(updates.get(), pause)) or record
+        except TimeoutError:
+            # A write that reached the server just before our subscription may not have
+            # been readable yet at the first read: read again, less often each time.
+            record = await _read(client, key) or record
+            recheck = min(recheck * 2, 2.0)
+    return record
+
+
+async def _read(client: Client, key: str) -> ResultRecord | None:
+    found = await client.connection.kv.get(client.names.results_bucket, key)
     return _parse(found[0]) if found else None
 
 

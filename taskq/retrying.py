@@ -1,7 +1,11 @@
-"""Retrying of transient NATS failures (elections, reconnects, timeouts) with tenacity.
+"""The one retry mechanism for transient NATS failures (elections, reconnects, timeouts).
 
-Safe for publishes because every task message carries a `Nats-Msg-Id`: a retry of a publish
-the server did store is dropped by its dedup window (DESIGN §3, cluster facts).
+tenacity, used as designed: `retry_transient` retries a call that raised TransientError with
+exponential backoff and jitter until a deadline. Safe for publishes because every task
+message carries a `Nats-Msg-Id`: a retry of a publish the server did store is dropped by its
+dedup window (DESIGN §3, cluster facts). `patiently` is the same helper with the short
+deadline that idempotent reads use to ride out a leader election (a few seconds in a cluster
+after a node dies).
 """
 
 from __future__ import annotations
@@ -17,25 +21,39 @@ from taskq.errors import TransientError
 T = TypeVar("T")
 log = logging.getLogger("taskq")
 
+ELECTION = 8.0  # seconds a read keeps trying through a leader election
+
 
 async def retry_transient(
-    call: Callable[[], Awaitable[T]], *, deadline: float = 60.0, what: str = "request"
+    call: Callable[[], Awaitable[T]],
+    *,
+    deadline: float = 60.0,
+    what: str = "request",
+    level: int = logging.WARNING,
 ) -> T:
     """Await `call()`, retrying TransientError with backoff until `deadline` seconds pass."""
     try:  # fast path: no retry machinery unless something actually failed
         return await call()
     except TransientError as exc:
-        log.warning("%s failed (%s), retrying", what, exc)
+        log.log(level, "%s failed (%s), retrying", what, exc)
     retrying = tenacity.AsyncRetrying(
         retry=tenacity.retry_if_exception_type(TransientError),
         wait=tenacity.wait_exponential_jitter(initial=0.1, max=2.0, jitter=0.2),
         stop=tenacity.stop_after_delay(deadline),
         reraise=True,
-        before_sleep=lambda state: log.warning(
-            "%s failed (%s), retrying", what, state.outcome.exception() if state.outcome else "?"
+        before_sleep=lambda state: log.log(
+            level,
+            "%s failed (%s), retrying",
+            what,
+            state.outcome.exception() if state.outcome else "?",
         ),
     )
     async for attempt in retrying:
         with attempt:
             return await call()
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def patiently(call: Callable[[], Awaitable[T]]) -> T:
+    """An idempotent read, retried through a leader election (bounded, ~8 s, quietly)."""
+    return await retry_transient(call, deadline=ELECTION, what="read", level=logging.DEBUG)

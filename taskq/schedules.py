@@ -14,19 +14,16 @@ import math
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic_core import to_json
 
+from taskq.client import Client, ClientSource, Published
 from taskq.envelope import MSG_ID, TASK_HEADER, Envelope
 from taskq.errors import BrokerError, ConfigError
-from taskq.handle import TaskHandle
-from taskq.partitions import Part, parts_on_server, queues_on_server
+from taskq.nats import Connection, PubAck
 from taskq.retrying import retry_transient
-
-if TYPE_CHECKING:
-    from taskq.app import App
-    from taskq.jetstream import Broker
+from taskq.topology.partitions import Part, parts_on_server, queues_on_server
 
 SCHEDULE = "Nats-Schedule"
 TARGET = "Nats-Schedule-Target"
@@ -88,29 +85,27 @@ def due_time(countdown: float | None, eta: datetime | None) -> datetime | None:
 
 
 async def publish_delayed(
-    app: App, envelope: Envelope, queue: str, due: datetime, key: str | None = None
-) -> TaskHandle:
-    """Store a one-shot schedule that publishes the task at `due` (in the partition `key`
-    picks on a partitioned queue: a schedule's target must be in its own stream)."""
-    broker = await app.broker()
-    part = await app.place(queue, key)
+    client: Client, envelope: Envelope, due: datetime, part: Part
+) -> Published:
+    """Store a one-shot schedule that publishes the placed `envelope` to its subject at
+    `due` (a schedule's target must be in its own stream: the partition `part`)."""
     headers = {
+        **envelope.headers,
         SCHEDULE: at_expression(due),
-        TARGET: app.names.queue_subject(queue, envelope.task, part),
+        TARGET: envelope.subject,
         MSG_ID: f"{envelope.id}.schedule",
         TASK_HEADER: envelope.task,
     }
-    subject = app.names.schedule_subject(queue, envelope.id, part)
+    subject = client.names.schedule_subject(envelope.queue, envelope.id, part)
     body = envelope.encode()
-    ack = await retry_transient(lambda: _publish(broker, subject, body, headers))
-    return TaskHandle(envelope.id, envelope.task, queue, ack.seq, ack.duplicate, app)
+    ack = await retry_transient(lambda: _publish(client.connection, subject, body, headers))
+    return Published(envelope.id, envelope.task, envelope.queue, ack.seq, ack.duplicate)
 
 
-async def register(app: App, periodic: Periodic) -> None:
+async def register(client: Client, periodic: Periodic) -> None:
     """Create or replace one periodic schedule (idempotent: same subject, one schedule).
 
     On a partitioned queue the schedule's name picks its partition, so it stays put."""
-    broker = await app.broker()
     body = to_json(
         {
             "task": periodic.task,
@@ -119,42 +114,43 @@ async def register(app: App, periodic: Periodic) -> None:
             "meta": {"periodic": periodic.expression},
         }
     )
-    part = await app.place(periodic.queue, periodic.name)
+    names, connection = client.names, client.connection
+    part = await client.place(periodic.queue, periodic.name)
     headers = {
         SCHEDULE: periodic.expression,
-        TARGET: app.names.queue_subject(periodic.queue, periodic.task, part),
+        TARGET: names.queue_subject(periodic.queue, periodic.task, part),
         TASK_HEADER: periodic.task,
     }
-    subject = app.names.schedule_subject(periodic.queue, periodic.name, part)
-    stream = app.names.queue_stream(periodic.queue, part)
-    current = await broker.last_on_subject(stream, subject)
+    subject = names.schedule_subject(periodic.queue, periodic.name, part)
+    current = await connection.messages.last(names.queue_stream(periodic.queue, part), subject)
     unchanged = (
         current is not None
         and current.headers.get(SCHEDULE) == periodic.expression
         and current.data == body
     )
     if not unchanged:  # re-publishing an unchanged one would restart an interval's clock
-        await retry_transient(lambda: _publish(broker, subject, body, headers))
+        await retry_transient(lambda: _publish(connection, subject, body, headers))
     # after a queue's layout changed, the old stream's copy would fire as well
-    others = [p for p in await parts_on_server(broker, app.names, periodic.queue) if p != part]
-    await _purge(app, periodic.queue, periodic.name, others)
+    on_server = await parts_on_server(connection, names, periodic.queue)
+    await _purge(client, periodic.queue, periodic.name, [p for p in on_server if p != part])
 
 
-async def _purge(app: App, queue: str, name: str, parts: list[Part]) -> int:
+async def _purge(client: Client, queue: str, name: str, parts: list[Part]) -> int:
     """Purge the schedule `name` from these streams of `queue`; how many were removed."""
-    broker = await app.broker()
     purged = 0
     for part in parts:
-        purged += await broker.purge_stream(
-            app.names.queue_stream(queue, part),
-            subject=app.names.schedule_subject(queue, name, part),
+        purged += await client.connection.messages.purge(
+            client.names.queue_stream(queue, part),
+            subject=client.names.schedule_subject(queue, name, part),
         )
     return purged
 
 
-async def _publish(broker: Any, subject: str, body: bytes, headers: dict[str, str]) -> Any:
+async def _publish(
+    connection: Connection, subject: str, body: bytes, headers: dict[str, str]
+) -> PubAck:
     try:
-        return await broker.publish(subject, body, headers)
+        return await connection.publish(subject, body, headers)
     except BrokerError as exc:
         if "schedul" in str(exc).lower():
             raise BrokerError(
@@ -175,27 +171,31 @@ class ScheduleInfo:
     seq: int
 
 
-async def list_schedules(app: App, queues: list[str] | None = None) -> list[ScheduleInfo]:
+async def list_schedules(
+    source: ClientSource, queues: list[str] | None = None
+) -> list[ScheduleInfo]:
     """Schedules stored in the given queues' streams (every partition's); no queues: in
     every queue on the server."""
-    broker = await app.broker()
-    on_server = await queues_on_server(broker, app.names)  # one listing for all the queues
+    client = await source.client()
+    # one listing for all the queues
+    on_server = await queues_on_server(client.connection, client.names)
     found: list[ScheduleInfo] = []
     for queue in queues or list(on_server):
         for part in on_server.get(queue, []):
-            found += await _schedules_in(app, broker, queue, part)
+            found += await _schedules_in(client, queue, part)
     return found
 
 
-async def _schedules_in(app: App, broker: Broker, queue: str, part: Part) -> list[ScheduleInfo]:
-    stream = app.names.queue_stream(queue, part)
-    prefix = app.names.schedule_subject(queue, "", part)
-    state = await broker.stream_state(
-        stream, subjects_filter=app.names.schedule_filter(queue, part)
+async def _schedules_in(client: Client, queue: str, part: Part) -> list[ScheduleInfo]:
+    names, connection = client.names, client.connection
+    stream = names.queue_stream(queue, part)
+    prefix = names.schedule_subject(queue, "", part)
+    state = await connection.streams.state(
+        stream, subjects_filter=names.schedule_filter(queue, part)
     )
     found = []
     for subject in sorted(state.subjects):
-        stored = await broker.last_on_subject(stream, subject)
+        stored = await connection.messages.last(stream, subject)
         if stored is not None:
             found.append(
                 ScheduleInfo(
@@ -209,8 +209,9 @@ async def _schedules_in(app: App, broker: Broker, queue: str, part: Part) -> lis
     return found
 
 
-async def remove(app: App, queue: str, name: str) -> bool:
+async def remove(source: ClientSource, queue: str, name: str) -> bool:
     """Cancel a schedule by purging its subject (in whichever partition holds it); False
     if there was none."""
-    parts = await parts_on_server(await app.broker(), app.names, queue)
-    return await _purge(app, queue, name, parts) > 0
+    client = await source.client()
+    parts = await parts_on_server(client.connection, client.names, queue)
+    return await _purge(client, queue, name, parts) > 0

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from taskq.errors import ConfigError
-from taskq.names import check_prefix
+from taskq.topology.names import check_prefix
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
 

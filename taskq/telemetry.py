@@ -1,23 +1,25 @@
-"""OpenTelemetry for taskq: spans linking enqueue to run, and task metrics.
+"""OpenTelemetry for taskq, as a middleware every App installs first (outermost).
 
 The library uses only the OpenTelemetry API: without a configured SDK every call is a cheap
 no-op. `taskq worker` configures the SDK from the standard `OTEL_*` environment
-(`workers/otel.py`). Spans follow the messaging semantic conventions: a PRODUCER span per
+(`taskq.workers.otel`). Spans follow the messaging semantic conventions: a PRODUCER span per
 enqueue whose context travels in the message's `traceparent`/`tracestate` headers, and a
-CONSUMER span per run, parented to it.
+CONSUMER span per run, parented to it. Metrics: enqueued, succeeded, failed, retried,
+dead-lettered, run time and queue wait.
 """
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from opentelemetry import metrics, propagate, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
+from taskq.context import TaskContext
 from taskq.envelope import Envelope, parse_time
+from taskq.middleware import Middleware, Run, Send
+from taskq.policy import Ack, Failure, Nak, Success, decide
 
 _tracer = trace.get_tracer("taskq")  # a proxy: picks up a provider configured later
 _meter = metrics.get_meter("taskq")
@@ -39,93 +41,90 @@ QUEUE_WAIT = _meter.create_histogram(
 )
 
 
-def _tracing() -> bool:
+def tracing() -> bool:
     """True once a real tracer provider is installed. Until then the API's spans do nothing
     but still cost a context attach/detach per message, which the hot path skips."""
     return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
 
 
-def _attributes(subject: str, queue: str, envelope: Envelope) -> dict[str, Any]:
+def _attributes(envelope: Envelope) -> dict[str, Any]:
     return {
         "messaging.system": "nats",
-        "messaging.destination.name": subject,
+        "messaging.destination.name": envelope.subject,
         "messaging.message.id": envelope.id,
-        "taskq.queue": queue,
+        "taskq.queue": envelope.queue,
         "taskq.task": envelope.task,
     }
 
 
-@contextlib.contextmanager
-def producing(
-    subject: str, queue: str, envelope: Envelope, headers: dict[str, str]
-) -> Iterator[None]:
-    """A PRODUCER span around a publish; injects its context into `headers`."""
-    if not _tracing():
-        yield
-    else:
-        attributes = _attributes(subject, queue, envelope)
-        attributes["messaging.operation.type"] = "publish"
+class Telemetry(Middleware):
+    """Spans and metrics for every enqueue and every attempt."""
+
+    async def enqueue(self, envelope: Envelope, call_next: Send) -> None:
+        if tracing():
+            attributes = _attributes(envelope)
+            attributes["messaging.operation.type"] = "publish"
+            with _tracer.start_as_current_span(
+                f"publish {envelope.queue}", kind=SpanKind.PRODUCER, attributes=attributes
+            ):
+                propagate.inject(envelope.headers)
+                await call_next(envelope)
+        else:
+            await call_next(envelope)
+        ENQUEUED.add(1, {"taskq.queue": envelope.queue, "taskq.task": envelope.task})
+
+    async def process(self, ctx: TaskContext, call_next: Run) -> Any:
+        labels = {"taskq.queue": ctx.queue, "taskq.task": ctx.task}
+        if ctx.attempt == 1 and ctx.envelope.enqueued_at:
+            wait = ctx.started - parse_time(ctx.envelope.enqueued_at).timestamp()
+            QUEUE_WAIT.record(max(0.0, wait), labels)
+        if not tracing():
+            return await _measured(ctx, call_next, labels, None)
+        parent = propagate.extract(dict(ctx.headers))
+        attributes = _attributes(ctx.envelope)
+        attributes.update(
+            {
+                "messaging.operation.type": "process",
+                "messaging.consumer.group.name": ctx.queue,
+                "taskq.delivery_count": ctx.attempt,
+            }
+        )
         with _tracer.start_as_current_span(
-            f"publish {queue}", kind=SpanKind.PRODUCER, attributes=attributes
-        ):
-            propagate.inject(headers)
-            yield
-    ENQUEUED.add(1, {"taskq.queue": queue, "taskq.task": envelope.task})
+            f"process {ctx.queue}", context=parent, kind=SpanKind.CONSUMER, attributes=attributes
+        ) as span:
+            return await _measured(ctx, call_next, labels, span)
 
 
-@contextlib.contextmanager
-def processing(
-    subject: str,
-    queue: str,
-    envelope: Envelope,
-    headers: dict[str, str] | None,
-    delivery_count: int,
-    consumer: str,
-) -> Iterator[Span | None]:
-    """A CONSUMER span around one run, parented to the producer's context (None while no
-    tracer provider is installed)."""
-    if delivery_count == 1 and envelope.enqueued_at:
-        wait = time.time() - parse_time(envelope.enqueued_at).timestamp()
-        QUEUE_WAIT.record(max(0.0, wait), {"taskq.queue": queue, "taskq.task": envelope.task})
-    if not _tracing():
-        yield None
-        return
-    parent = propagate.extract(headers or {})
-    attributes = _attributes(subject, queue, envelope)
-    attributes.update(
-        {
-            "messaging.operation.type": "process",
-            "messaging.consumer.group.name": consumer,
-            "taskq.delivery_count": delivery_count,
-        }
-    )
-    with _tracer.start_as_current_span(
-        f"process {queue}", context=parent, kind=SpanKind.CONSUMER, attributes=attributes
-    ) as span:
-        yield span
+async def _measured(
+    ctx: TaskContext, call_next: Run, labels: dict[str, str], span: Span | None
+) -> Any:
+    started = time.monotonic()
+    try:
+        value = await call_next()
+    except Exception as exc:
+        _settled(ctx, Failure(exc), labels, time.monotonic() - started, span)
+        raise
+    _settled(ctx, Success(value), labels, time.monotonic() - started, span)
+    return value
 
 
-def settled(
-    span: Span | None,
-    verdict: str,
-    queue: str,
-    task: str,
+def _settled(
+    ctx: TaskContext,
+    outcome: Success | Failure,
+    labels: dict[str, str],
     seconds: float,
-    error: BaseException | None,
+    span: Span | None,
 ) -> None:
-    """Count a settled attempt and mark its span (verdict: ack, nak or dead)."""
-    labels = {"taskq.queue": queue, "taskq.task": task}
+    """Count a finished attempt by the verdict the worker will reach (`decide` is pure in
+    its kind: the same policy, attempt and outcome give the same verdict)."""
     RUN_TIME.record(seconds, labels)
-    if error is not None:
+    decision = decide(ctx.policy, ctx.attempt, outcome)
+    verdict = "ack" if isinstance(decision, Ack) else "nak" if isinstance(decision, Nak) else "dead"
+    if isinstance(outcome, Failure):
         FAILED.add(1, labels)
         if span is not None:
-            span.record_exception(error)
-            span.set_status(Status(StatusCode.ERROR, str(error)[:200]))
-    if verdict == "ack":
-        SUCCEEDED.add(1, labels)
-    elif verdict == "nak":
-        RETRIED.add(1, labels)
-    else:
-        DEAD.add(1, labels)
+            span.record_exception(outcome.error)
+            span.set_status(Status(StatusCode.ERROR, str(outcome.error)[:200]))
+    {"ack": SUCCEEDED, "nak": RETRIED, "dead": DEAD}[verdict].add(1, labels)
     if span is not None:
         span.set_attribute("taskq.verdict", verdict)

@@ -19,39 +19,29 @@ get a TaskFailed; its dead letter names the workflow in `message.flow`.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+import json
+from dataclasses import dataclass, replace
+from typing import Any
 
 from pydantic_core import to_json
 
+from taskq.client import Client
 from taskq.envelope import Envelope, now_iso
 from taskq.errors import ConfigError
+from taskq.flow import CallbackFlow, ChainFlow, ChordFlow, Flow, GroupFlow, Step
 from taskq.handle import TaskHandle
 from taskq.ids import new_id
 from taskq.retrying import retry_transient
-from taskq.task import CallOptions
+from taskq.task import CallOptions, Signature
+from taskq.topology.specs import flows_bucket
 
-if TYPE_CHECKING:
-    from taskq.app import App
-    from taskq.jetstream import Broker
-    from taskq.task import Task
+__all__ = ["GroupHandle", "Signature", "advance", "chain", "chord", "ensure_flows", "group"]
 
 
-@dataclass(frozen=True)
-class Signature:
-    """A task with arguments, not yet enqueued: `task.s(*args, **kwargs)`."""
-
-    task: Task[Any, Any]
-    args: tuple[Any, ...] = ()
-    kwargs: dict[str, Any] = field(default_factory=dict)
-
-    def to_wire(self) -> dict[str, Any]:
-        return {
-            "task": self.task.name,
-            "queue": self.task.queue,
-            "args": list(self.args),
-            "kwargs": dict(self.kwargs),
-        }
+def step_of(sig: Signature) -> Step:
+    return Step(
+        task=sig.task.name, queue=sig.task.queue, args=list(sig.args), kwargs=dict(sig.kwargs)
+    )
 
 
 @dataclass(frozen=True)
@@ -86,17 +76,10 @@ class chain:
         flow_id = new_id()
         first, rest = self.steps[0], self.steps[1:]
         final = f"{flow_id}.{len(self.steps) - 1}"
-        flow = {
-            "id": flow_id,
-            "kind": "chain",
-            "step": 0,
-            "final": final,
-            "rest": [s.to_wire() for s in rest],
-        }
+        flow = ChainFlow(id=flow_id, step=0, final=final, rest=tuple(step_of(s) for s in rest))
         await _publish(first, f"{flow_id}.0", flow)
-        app = first.task.app
         last = self.steps[-1].task
-        return TaskHandle(final, last.name, last.queue, 0, False, app)
+        return TaskHandle(final, last.name, last.queue, 0, False, first.task.app)
 
 
 @dataclass(frozen=True)
@@ -112,7 +95,7 @@ class group:
 
     async def enqueue(self) -> GroupHandle:
         flow_id = new_id()
-        handles = await _publish_members(self.members, flow_id, {"id": flow_id, "kind": "group"})
+        handles = await _publish_members(self.members, flow_id, GroupFlow(id=flow_id))
         return GroupHandle(flow_id, tuple(handles))
 
 
@@ -125,23 +108,21 @@ class chord:
 
     async def enqueue(self) -> TaskHandle:
         flow_id = new_id()
-        size = len(self.header.members)
         final = f"{flow_id}.cb"
-        flow = {
-            "id": flow_id,
-            "kind": "chord",
-            "size": size,
-            "final": final,
-            "callback": self.callback.to_wire(),
-        }
+        flow = ChordFlow(
+            id=flow_id,
+            size=len(self.header.members),
+            final=final,
+            callback=step_of(self.callback),
+        )
         app = self.callback.task.app
-        await ensure_flows(app, await app.broker())
+        await ensure_flows(await app.client())
         await _publish_members(self.header.members, flow_id, flow)
         return TaskHandle(final, self.callback.task.name, self.callback.task.queue, 0, False, app)
 
 
 async def _publish_members(
-    members: tuple[Signature, ...], flow_id: str, flow: dict[str, Any]
+    members: tuple[Signature, ...], flow_id: str, flow: GroupFlow | ChordFlow
 ) -> list[TaskHandle]:
     """Publish every member, many in flight at once (each under its own fixed id)."""
     handles: list[TaskHandle] = []
@@ -149,89 +130,69 @@ async def _publish_members(
         batch = members[start : start + 256]
         handles += await asyncio.gather(
             *(
-                _publish(m, f"{flow_id}.{start + i}", {**flow, "index": start + i})
+                _publish(m, f"{flow_id}.{start + i}", flow.model_copy(update={"index": start + i}))
                 for i, m in enumerate(batch)
             )
         )
     return handles
 
 
-async def _publish(sig: Signature, task_id: str, flow: dict[str, Any]) -> TaskHandle:
-    app = sig.task.app
-    envelope = app.build_envelope(
-        sig.task, list(sig.args), dict(sig.kwargs), CallOptions(key=task_id)
-    )
-    envelope = Envelope(**{**envelope.__dict__, "flow": flow})
-    return await app.publish_envelope(envelope, sig.task.queue)
+async def _publish(sig: Signature, task_id: str, flow: Flow) -> TaskHandle:
+    task = sig.task
+    envelope = task.build_envelope(list(sig.args), dict(sig.kwargs), CallOptions(key=task_id))
+    return await task.send(replace(envelope, flow=flow), task.queue)
 
 
 # -- worker side ------------------------------------------------------------------------------
-async def ensure_flows(app: App, broker: Broker) -> None:
-    from taskq.topology import flows_bucket
-
-    spec = flows_bucket(app.names, app.settings)
-    await retry_transient(lambda: broker.ensure_bucket(spec), what="flows bucket set-up")
+async def ensure_flows(client: Client) -> None:
+    spec = flows_bucket(client.names, client.settings)
+    await retry_transient(lambda: client.connection.kv.ensure(spec), what="flows bucket set-up")
 
 
-async def advance(app: App, broker: Broker, envelope: Envelope, value: Any) -> None:
+async def advance(client: Client, envelope: Envelope, value: Any) -> None:
     """After a workflow step succeeded (before its ack): move the workflow on."""
-    flow = envelope.flow or {}
-    if flow.get("kind") == "chain" and flow.get("rest"):
-        await _next_in_chain(app, flow, value)
-    elif flow.get("kind") == "chord":
-        await _record_member(app, broker, flow, value)
+    flow = envelope.flow
+    if isinstance(flow, ChainFlow) and flow.rest:
+        await _next_in_chain(client, flow, value)
+    elif isinstance(flow, ChordFlow):
+        await _record_member(client, flow, value)
 
 
-async def _next_in_chain(app: App, flow: dict[str, Any], value: Any) -> None:
-    nxt, rest = flow["rest"][0], flow["rest"][1:]
-    step = int(flow["step"]) + 1
+async def _next_in_chain(client: Client, flow: ChainFlow, value: Any) -> None:
+    nxt, step = flow.rest[0], flow.step + 1
     envelope = Envelope(
-        id=f"{flow['id']}.{step}",
-        task=nxt["task"],
-        args=[value, *nxt["args"]],
-        kwargs=nxt["kwargs"],
+        id=f"{flow.id}.{step}",
+        task=nxt.task,
+        args=[value, *nxt.args],
+        kwargs=dict(nxt.kwargs),
         enqueued_at=now_iso(),
-        flow={**flow, "step": step, "rest": rest},
+        flow=flow.model_copy(update={"step": step, "rest": flow.rest[1:]}),
     )
-    await app.publish_envelope(envelope, nxt["queue"])
+    await client.publish_envelope(envelope, nxt.queue)
 
 
-async def _record_member(app: App, broker: Broker, flow: dict[str, Any], value: Any) -> None:
+async def _record_member(client: Client, flow: ChordFlow, value: Any) -> None:
     """Record this member's result (create-only: a compare-and-set on a fresh key), then,
     if every member's key exists, publish the callback. Whoever stores the last key sees
     the full count; a redelivered member can only re-publish the deduplicated callback."""
-    bucket, chord_id, index = app.names.flows_bucket, str(flow["id"]), int(flow["index"])
-    await ensure_flows(app, broker)
-    await broker.kv_create(bucket, f"{chord_id}.r.{index}", to_json(value, fallback=repr))
-    state = await broker.stream_state(
-        f"KV_{bucket}", subjects_filter=f"$KV.{bucket}.{chord_id}.r.*"
-    )
-    if len(state.subjects) >= int(flow["size"]):
-        await _publish_callback(app, broker, flow)
+    kv, bucket = client.connection.kv, client.names.flows_bucket
+    await ensure_flows(client)
+    await kv.create(bucket, f"{flow.id}.r.{flow.index}", to_json(value, fallback=repr))
+    if await kv.count(bucket, f"{flow.id}.r.*") >= flow.size:
+        await _publish_callback(client, flow)
 
 
-async def _publish_callback(app: App, broker: Broker, flow: dict[str, Any]) -> None:
-    import json
-
-    bucket, chord_id, size = app.names.flows_bucket, str(flow["id"]), int(flow["size"])
-    found = await asyncio.gather(
-        *(broker.kv_get(bucket, f"{chord_id}.r.{index}") for index in range(size))
-    )
+async def _publish_callback(client: Client, flow: ChordFlow) -> None:
+    kv, bucket = client.connection.kv, client.names.flows_bucket
+    found = await asyncio.gather(*(kv.get(bucket, f"{flow.id}.r.{i}") for i in range(flow.size)))
     results = [json.loads(item[0]) if item else None for item in found]
-    callback = flow["callback"]
+    callback = flow.callback
     envelope = Envelope(
-        id=str(flow["final"]),
-        task=callback["task"],
-        args=[results, *callback["args"]],
-        kwargs=callback["kwargs"],
+        id=flow.final,
+        task=callback.task,
+        args=[results, *callback.args],
+        kwargs=dict(callback.kwargs),
         enqueued_at=now_iso(),
-        flow={"id": chord_id, "kind": "callback"},
+        flow=CallbackFlow(id=flow.id),
     )
-    await app.publish_envelope(envelope, callback["queue"])  # dedup: one callback, ever
-
-
-def final_id(envelope: Envelope) -> str | None:
-    """The id of the task whose result is the workflow's result (None outside workflows)."""
-    flow = envelope.flow or {}
-    final = flow.get("final")
-    return str(final) if final and final != envelope.id else None
+    await client.publish_envelope(envelope, callback.queue)  # dedup: one callback, ever

@@ -86,16 +86,16 @@ async def ready(url: str, timeout: float = 30.0, **credentials: str) -> None:
     created and deleted)."""
     from taskq import App
     from taskq.errors import TaskqError
-    from taskq.topology import StreamSpec
+    from taskq.topology.specs import StreamSpec
 
     app = App(url=url, prefix="probe", **credentials)
     deadline = time.monotonic() + timeout
     try:
         while True:
             try:
-                broker = await app.broker()
-                await broker.ensure_stream(StreamSpec("PROBE", ("probe.>",), "limits", 3))
-                await broker.delete_stream("PROBE")
+                broker = (await app.client()).connection
+                await broker.streams.ensure(StreamSpec("PROBE", ("probe.>",), "limits", 3))
+                await broker.streams.delete("PROBE")
                 return
             except TaskqError:
                 if time.monotonic() > deadline:

@@ -22,7 +22,7 @@ import pytest
 
 from taskq import App
 from taskq.server import EmbeddedServer
-from workers import Worker
+from taskq.workers import Worker
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -38,8 +38,12 @@ def jwt(claims: dict[str, object], signer: nkeys.KeyPair) -> str:
         return base64.urlsafe_b64encode(data).decode().rstrip("=")
 
     header = b64(json.dumps({"typ": "JWT", "alg": "ed25519-nkey"}).encode())
-    body = {"jti": uuid.uuid4().hex.upper(), "iat": int(time.time()),
-            "iss": public(signer), **claims}
+    body = {
+        "jti": uuid.uuid4().hex.upper(),
+        "iat": int(time.time()),
+        "iss": public(signer),
+        **claims,
+    }
     payload = b64(json.dumps(body).encode())
     signature = b64(signer.sign(f"{header}.{payload}".encode()))
     return f"{header}.{payload}.{signature}"
@@ -48,8 +52,9 @@ def jwt(claims: dict[str, object], signer: nkeys.KeyPair) -> str:
 def start(root: Path, config: str) -> EmbeddedServer:
     path = root / "server.conf"
     path.write_text(f'jetstream {{ store_dir: "{root / "store"}" }}\n{config}')
-    return EmbeddedServer(store_dir=root / "store", config=str(path),
-                          log_file=root / "server.log").start()
+    return EmbeddedServer(
+        store_dir=root / "store", config=str(path), log_file=root / "server.log"
+    ).start()
 
 
 async def runs_a_task(url: str, **credentials: str) -> None:
@@ -60,7 +65,7 @@ async def refused(url: str, **credentials: str) -> str:
     app = App(url=url, **credentials)
     started = time.monotonic()
     with pytest.raises(PermissionDenied) as info:
-        await app.broker()
+        await app.client()
     assert time.monotonic() - started < 15
     await app.aclose()
     return str(info.value)
@@ -83,8 +88,14 @@ def test_token_from_the_cli_flag_and_env(token_server: EmbeddedServer) -> None:
 
     def queues(*extra: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         argv = [*cli_argv(token_server.url, "tok", "queues", "--interval", "0"), *extra]
-        return subprocess.run(argv, capture_output=True, text=True, timeout=60,
-                              env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, **(env or {})},
+            stdin=subprocess.DEVNULL,
+        )
 
     assert queues(env={"TASKQ_TOKEN": "s3cret-t0ken"}).returncode == 0
     bad = queues(env={"TASKQ_TOKEN": "nope"})
@@ -112,26 +123,57 @@ def creds_file(path: Path, user_jwt: str, user: nkeys.KeyPair) -> str:
 async def test_creds_file_in_operator_mode(tmp_path: Path) -> None:
     operator = new_key(nkeys.PREFIX_BYTE_OPERATOR)
     account, system = new_key(nkeys.PREFIX_BYTE_ACCOUNT), new_key(nkeys.PREFIX_BYTE_ACCOUNT)
-    unlimited = {"subs": -1, "data": -1, "payload": -1, "imports": -1, "exports": -1,
-                 "wildcards": True, "conn": -1, "leaf": -1}
+    unlimited = {
+        "subs": -1,
+        "data": -1,
+        "payload": -1,
+        "imports": -1,
+        "exports": -1,
+        "wildcards": True,
+        "conn": -1,
+        "leaf": -1,
+    }
     jetstream = {"mem_storage": -1, "disk_storage": -1, "streams": -1, "consumer": -1}
 
     def account_jwt(key: nkeys.KeyPair, name: str, js: bool) -> str:
         limits = {**unlimited, **(jetstream if js else {})}
-        return jwt({"sub": public(key), "name": name,
-                    "nats": {"type": "account", "version": 2, "limits": limits}}, operator)
+        return jwt(
+            {
+                "sub": public(key),
+                "name": name,
+                "nats": {"type": "account", "version": 2, "limits": limits},
+            },
+            operator,
+        )
 
     def user_creds(name: str) -> str:
         user = new_key(nkeys.PREFIX_BYTE_USER)
-        claims = {"sub": public(user), "name": name,
-                  "nats": {"type": "user", "version": 2, "pub": {}, "sub": {},
-                           "subs": -1, "data": -1, "payload": -1}}
+        claims = {
+            "sub": public(user),
+            "name": name,
+            "nats": {
+                "type": "user",
+                "version": 2,
+                "pub": {},
+                "sub": {},
+                "subs": -1,
+                "data": -1,
+                "payload": -1,
+            },
+        }
         return creds_file(tmp_path / f"{name}.creds", jwt(claims, account), user)
 
-    operator_jwt = jwt({"sub": public(operator), "name": "taskq-test",
-                        "nats": {"type": "operator", "version": 2,
-                                 "system_account": public(system)}}, operator)
-    server = start(tmp_path, f"""
+    operator_jwt = jwt(
+        {
+            "sub": public(operator),
+            "name": "taskq-test",
+            "nats": {"type": "operator", "version": 2, "system_account": public(system)},
+        },
+        operator,
+    )
+    server = start(
+        tmp_path,
+        f"""
 operator: "{operator_jwt}"
 system_account: "{public(system)}"
 resolver: MEMORY
@@ -139,14 +181,17 @@ resolver_preload: {{
   "{public(account)}": "{account_jwt(account, "TASKQ", True)}"
   "{public(system)}": "{account_jwt(system, "SYS", False)}"
 }}
-""")
+""",
+    )
     try:
         await runs_a_task(server.url, creds=user_creds("worker"))
         # a user signed by an account the server does not know
         rogue_account = new_key(nkeys.PREFIX_BYTE_ACCOUNT)
         rogue = new_key(nkeys.PREFIX_BYTE_USER)
-        rogue_jwt = jwt({"sub": public(rogue), "name": "rogue",
-                         "nats": {"type": "user", "version": 2}}, rogue_account)
+        rogue_jwt = jwt(
+            {"sub": public(rogue), "name": "rogue", "nats": {"type": "user", "version": 2}},
+            rogue_account,
+        )
         await refused(server.url, creds=creds_file(tmp_path / "rogue.creds", rogue_jwt, rogue))
     finally:
         server.stop()

@@ -41,13 +41,13 @@ async def run_leader_kill(
         ids = [f"k{i:05d}" for i in range(tasks)]
         await reliable.awork.enqueue_many([{"tid": tid} for tid in ids])
         await wait_until(lambda: len(runs(ledger)) >= tasks // 5, timeout=60)
-        broker = await app.broker()
+        broker = (await app.client()).connection
         stream = (
             app.names.queue_stream("default")
             if target == "queue"
             else f"KV_{app.names.results_bucket}"  # the result records' stream
         )
-        leader = await broker.stream_leader(stream)
+        leader = await broker.streams.leader(stream)
         assert leader in cluster.names, leader
         killed_at = time.monotonic()
         cluster.kill(leader)  # SIGKILL the stream leader mid-run

@@ -45,7 +45,7 @@ async def test_sync_delay_from_plain_code(app: App) -> None:
         return x
 
     handle = await asyncio.to_thread(echo.delay, 5)
-    state = await (await app.broker()).stream_state(app.names.queue_stream("default"))
+    state = await ((await app.client()).connection).streams.state(app.names.queue_stream("default"))
     assert state.messages == 1 and handle.task == "echo"
 
 
@@ -84,9 +84,9 @@ async def test_invalid_arguments_rejected_at_enqueue(app: App) -> None:
         await charge.enqueue(1)  # missing argument
     with pytest.raises(ArgumentsError):
         await charge.enqueue(1, 2.0, 3)  # too many
-    broker = await app.broker()
-    assert await broker.stream_subjects(app.names.queue_stream("default")) is None or (
-        (await broker.stream_state(app.names.queue_stream("default"))).messages == 0
+    broker = (await app.client()).connection
+    assert await broker.streams.subjects(app.names.queue_stream("default")) is None or (
+        (await broker.streams.state(app.names.queue_stream("default"))).messages == 0
     )
 
 
@@ -108,7 +108,7 @@ async def test_idempotency_key_stores_one_message(app: App) -> None:
     second = await charge.options(key="order-42").enqueue(42)
     assert first.id == second.id == "order-42"
     assert not first.duplicate and second.duplicate
-    state = await (await app.broker()).stream_state(app.names.queue_stream("default"))
+    state = await ((await app.client()).connection).streams.state(app.names.queue_stream("default"))
     assert state.messages == 1
 
 
@@ -200,7 +200,7 @@ async def test_unknown_task_and_bad_bytes_go_to_dlq_worker_stays_up(app: App, pr
     @app.task
     async def ok() -> None: ...
 
-    broker = await app.broker()
+    broker = (await app.client()).connection
     async with running_worker(app) as worker:
         subject = f"{prefix}.q.default"
         await broker.publish(f"{subject}.nope", b'{"args": []}')
@@ -213,8 +213,8 @@ async def test_unknown_task_and_bad_bytes_go_to_dlq_worker_stays_up(app: App, pr
     assert worker.stats["dead:unknown_task"] == 1
     assert worker.stats["dead:undecodable"] == 3
     assert worker.stats["dead:permanent"] == 1
-    queue = await broker.stream_state(app.names.queue_stream("default"))
-    dlq = await broker.stream_state(app.names.dlq_stream)
+    queue = await broker.streams.state(app.names.queue_stream("default"))
+    dlq = await broker.streams.state(app.names.dlq_stream)
     assert queue.messages == 0 and dlq.messages == 5
 
 
@@ -241,8 +241,8 @@ async def test_config_drift_is_applied_as_update(app: App) -> None:
     job.ack_wait = 2.0
     async with running_worker(app):
         pass
-    broker = await app.broker()
-    state = await broker.consumer_state(app.names.queue_stream("default"), "default")
+    broker = (await app.client()).connection
+    state = await broker.streams.consumer_state(app.names.queue_stream("default"), "default")
     assert state.ack_wait == pytest.approx(2.0)
 
 

@@ -85,15 +85,23 @@ async def test_the_secured_deploy_cluster_runs_tasks_on_r3(tmp_path: Path) -> No
             text = text.replace(f"{other}:6222", f"127.0.0.1:{ports[other][1]}")
         config = tmp_path / "cluster" / f"{name}.conf"
         config.write_text(text)
-        servers.append(EmbeddedServer(port=ports[name][0], store_dir=tmp_path / name,
-                                      config=str(config), log_file=tmp_path / f"{name}.log"))
+        servers.append(
+            EmbeddedServer(
+                port=ports[name][0],
+                store_dir=tmp_path / name,
+                config=str(config),
+                log_file=tmp_path / f"{name}.log",
+            )
+        )
     url = ",".join(s.url for s in servers)
     try:
         for server in servers:
             server.start()
         await ready(url, user="operator", password="operator-secret")
-        roles = {r: App(url=url, user=r, password=f"{r}-secret", replicas=3)
-                 for r in ("worker", "producer")}
+        roles = {
+            r: App(url=url, user=r, password=f"{r}-secret", replicas=3)
+            for r in ("worker", "producer")
+        }
         for app in roles.values():
 
             @app.task(name="double")
@@ -104,9 +112,9 @@ async def test_the_secured_deploy_cluster_runs_tasks_on_r3(tmp_path: Path) -> No
             handle = await roles["producer"].tasks["double"].enqueue(21)
             await wait_until(lambda: worker.stats["succeeded"] == 1, timeout=30)
             assert await handle.result(timeout=10) == 42
-        broker = await roles["worker"].broker()
+        broker = (await roles["worker"].client()).connection
         stream = roles["worker"].names.queue_stream("default")
-        assert (await broker.stream_state(stream)).replicas == 3
+        assert (await broker.streams.state(stream)).replicas == 3
         for app in roles.values():
             await app.aclose()
     finally:

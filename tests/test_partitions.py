@@ -8,19 +8,19 @@ import json
 
 import pytest
 
-from dlq.browse import list_dead
-from dlq.requeue import requeue
 from taskq import App
+from taskq.dlq.browse import list_dead
+from taskq.dlq.requeue import requeue
 from taskq.errors import ConfigError
-from taskq.names import Names
-from taskq.partitions import key_hash, partition_for
 from taskq.schedules import list_schedules
+from taskq.topology.names import Names
+from taskq.topology.partitions import key_hash, partition_for
 from tests.conftest import run_cli, running_worker, wait_until
 
 
 async def stored(app: App, stream: str) -> int:
-    broker = await app.broker()
-    return (await broker.stream_state(stream)).messages
+    broker = (await app.client()).connection
+    return (await broker.streams.state(stream)).messages
 
 
 def test_partition_names_and_parsing() -> None:
@@ -63,8 +63,8 @@ async def test_round_robin_spreads_evenly_and_a_key_stays_put(app: App) -> None:
         await send.enqueue(n)
     streams = [app.names.queue_stream("mail", p) for p in range(3)]
     assert [await stored(app, s) for s in streams] == [12, 12, 12]
-    broker = await app.broker()
-    subjects = await broker.stream_subjects(streams[1])
+    broker = (await app.client()).connection
+    subjects = await broker.streams.subjects(streams[1])
     assert subjects is not None and f"{app.names.prefix}.p.mail.1.>" in subjects
 
     for n in range(9):
@@ -158,7 +158,7 @@ async def test_changing_the_layout_strands_nothing(nats_url: str, prefix: str) -
         assert sorted(done) == list(range(11))
         # an undeclared producer learns the layout: the unpartitioned stream wins while it
         # exists, so producers that do not declare keep one place to publish
-        assert await other.queue_partitions("grow") == 1
+        assert await (await other.client()).queue_partitions("grow") == 1
     finally:
         await asyncio.gather(before.aclose(), after.aclose(), other.aclose())
 
@@ -206,8 +206,16 @@ async def test_a_periodic_moves_with_its_queue_instead_of_firing_twice(
 
 async def test_cli_enqueue_partition_key(app: App, nats_url: str, prefix: str) -> None:
     for n in range(3):
-        out = run_cli(nats_url, prefix, "enqueue", "tests.apps.partitioned:app", "tag", f"[{n}]",
-                      "--partition-key", "k-1")
+        out = run_cli(
+            nats_url,
+            prefix,
+            "enqueue",
+            "tests.apps.partitioned:app",
+            "tag",
+            f"[{n}]",
+            "--partition-key",
+            "k-1",
+        )
         assert out.returncode == 0, out.stderr
     home = app.names.queue_stream("split", partition_for("k-1", 3))
     assert await stored(app, home) == 3

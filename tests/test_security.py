@@ -61,7 +61,7 @@ async def test_each_role_does_its_job_and_no_more(secure_server: EmbeddedServer)
         await wait_until(lambda: worker.stats["succeeded"] == 3)
     assert sorted(seen) == [1, 2, 7]
 
-    from dlq.purge import purge_all
+    from taskq.dlq.purge import purge_all
 
     started = time.monotonic()
     with pytest.raises(PermissionDenied) as info:
@@ -75,7 +75,7 @@ async def test_each_role_does_its_job_and_no_more(secure_server: EmbeddedServer)
 async def test_wrong_password_is_a_clear_error(secure_server: EmbeddedServer) -> None:
     app = App(url=secure_server.url, user="producer", password="wrong")
     with pytest.raises(PermissionDenied):
-        await app.broker()
+        await app.client()
 
 
 def test_cli_security_flags_reach_the_connection(secure_server: EmbeddedServer) -> None:

@@ -93,7 +93,7 @@ async def test_a_client_without_the_right_tls_settings_is_refused_clearly(
     app = tls_app(tls_server, **missing)
     started = time.monotonic()
     with pytest.raises(TaskqError) as info:
-        await app.broker()
+        await app.client()
     assert time.monotonic() - started < 15, "refusal must not hang"
     assert isinstance(info.value, ConnectError), info.value
     assert tls_server.server.url.removeprefix("nats://") in str(info.value)
@@ -106,7 +106,7 @@ async def test_a_client_that_does_not_trust_the_server_ca_is_refused(
     other_ca.cert_pem.write_to_path(str(tmp_path / "other-ca.pem"))
     app = tls_app(tls_server, tls_ca=str(tmp_path / "other-ca.pem"))
     with pytest.raises(ConnectError) as info:
-        await app.broker()
+        await app.client()
     assert "certificate" in str(info.value).lower(), info.value
 
 

@@ -61,7 +61,7 @@ async def test_sigterm_lets_running_task_finish_and_exits_0(
     code = await proc.wait_exit(30)
     assert code == 0, proc.output()
     assert any(line.startswith("done job-2") for line in lines(led)), proc.output()
-    broker = await app.broker()
-    state = await broker.stream_state(app.names.queue_stream("default"))
+    broker = (await app.client()).connection
+    state = await broker.streams.state(app.names.queue_stream("default"))
     assert state.messages == 0  # acked before exit, nothing left to redeliver
     await app.aclose()

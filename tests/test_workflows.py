@@ -8,7 +8,9 @@ import time
 import pytest
 
 from taskq import App, TaskFailed, chain, chord, group
+from taskq.dlq.record import EnvelopeOriginal
 from taskq.envelope import Envelope
+from taskq.flow import FLOW
 from tests.conftest import running_worker, wait_until
 
 
@@ -58,17 +60,19 @@ async def test_failed_member_fails_the_workflow_and_callback_never_runs(app: App
             await failing_chain.result(timeout=15)
     assert info.value.type == "ValueError" and "member 3 failed" in info.value.message
     assert calls == []
-    from dlq.browse import list_dead
+    from taskq.dlq.browse import list_dead
 
     records = await list_dead(app)
-    assert records and all(r.message.get("flow") for r in records)  # the DLQ names the workflow
+    assert records and all(
+        isinstance(r.message, EnvelopeOriginal) and r.message.flow for r in records
+    )  # the DLQ names the workflow
 
 
 async def test_chord_callback_exactly_once_when_a_member_is_redelivered(app: App) -> None:
     """A member that recorded its result and is delivered again (its worker died before the
     ack, say) must not trigger a second callback."""
     add, _mul, total, calls = arithmetic(app)
-    broker = await app.broker()
+    broker = (await app.client()).connection
     async with running_worker(app) as worker:
         handle = await chord(group(add.s(1, 0), add.s(2, 0), add.s(3, 0)), total.s()).enqueue()
         assert await handle.result(timeout=15) == 6
@@ -79,14 +83,16 @@ async def test_chord_callback_exactly_once_when_a_member_is_redelivered(app: App
                 id=f"{flow_id}.{index}",
                 task="add",
                 args=[index + 1, 0],
-                flow={
-                    "id": flow_id,
-                    "kind": "chord",
-                    "size": 3,
-                    "index": index,
-                    "final": handle.id,
-                    "callback": {"task": "total", "queue": "default", "args": [], "kwargs": {}},
-                },
+                flow=FLOW.validate_python(
+                    {
+                        "id": flow_id,
+                        "kind": "chord",
+                        "size": 3,
+                        "index": index,
+                        "final": handle.id,
+                        "callback": {"task": "total", "queue": "default", "args": [], "kwargs": {}},
+                    }
+                ),
             )
             await broker.publish(
                 app.names.queue_subject("default", "add"),

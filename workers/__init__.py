@@ -1,5 +1,5 @@
 """The taskq consumer runtime: `Worker` and its executors."""
 
-from workers.worker import Worker
+from taskq.workers.worker import Worker
 
 __all__ = ["Worker"]

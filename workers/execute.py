@@ -1,39 +1,69 @@
-"""Running one task attempt: async on the loop, sync in a thread, bounded by `timeout`."""
+"""Running one task attempt: through the app's middleware, with `taskq.current()` set;
+async on the loop, sync in a thread, bounded by the task's `timeout`."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import traceback
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from typing import Any
 
+from taskq.context import TaskContext, enter, leave
 from taskq.errors import TaskTimeout
+from taskq.middleware import Chain
 from taskq.policy import Failure, Outcome, Success
 from taskq.task import Task
 
+# a traceback text travelling with an exception raised far away (a Spark executor), so the
+# record shows where it happened rather than where it was re-raised
+REMOTE_TRACE = "__taskq_traceback__"
+
 
 async def run_attempt(
-    task: Task[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any], threads: Executor
+    ctx: TaskContext, chain: Chain, call: Callable[[], Awaitable[Any]]
 ) -> Outcome:
-    """Run the task's function once and capture its outcome; never raises (but cancellation)."""
+    """Run `call` (the attempt) inside every `process` middleware, with `ctx` current;
+    capture its outcome. Never raises (but cancellation)."""
+    token = enter(ctx)
     try:
-        if task.is_async:
-            value = await _bounded(task, task.fn(*args, **kwargs))
-        else:
-            loop = asyncio.get_running_loop()
-            call = functools.partial(contextvars.copy_context().run, task.fn, *args, **kwargs)
-            # A thread cannot be killed: on timeout the attempt fails and the thread is left
-            # to finish on its own (documented in docs/concepts.md).
-            value = await _bounded(task, loop.run_in_executor(threads, call))
+        value = await chain.process(ctx, call)
     except asyncio.CancelledError:
         raise
     except TaskTimeout as exc:
         return Failure(exc, "")
     except Exception as exc:
-        return Failure(exc, traceback.format_exc())
+        return Failure(exc, getattr(exc, REMOTE_TRACE, None) or traceback.format_exc())
+    finally:
+        leave(token)
     return Success(value)
+
+
+async def call_function(
+    task: Task[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any], threads: Executor
+) -> Any:
+    """The task's own function, once: on the loop (async) or in a thread (def)."""
+    if task.is_async:
+        return await _bounded(task, task.fn(*args, **kwargs))
+    loop = asyncio.get_running_loop()
+    call = functools.partial(contextvars.copy_context().run, task.fn, *args, **kwargs)
+    # A thread cannot be killed: on timeout the attempt fails and the thread is left
+    # to finish on its own (documented in docs/concepts.md).
+    return await _bounded(task, loop.run_in_executor(threads, call))
+
+
+def unwrap(outcome: Outcome) -> Any:
+    """The value of an outcome, or its error raised (keeping a remote traceback)."""
+    if isinstance(outcome, Success):
+        return outcome.value
+    if outcome.traceback:
+        # an exception type with __slots__ takes no attribute: the local trace must do
+        with contextlib.suppress(AttributeError):
+            setattr(outcome.error, REMOTE_TRACE, outcome.traceback)
+    raise outcome.error
 
 
 async def _bounded(task: Task[Any, Any], awaitable: Any) -> Any:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 
 from taskq.errors import TaskqError
-from taskq.jetstream import Delivery
+from taskq.nats import Delivery
 
 log = logging.getLogger("taskq.worker")
 

@@ -13,9 +13,9 @@ import os
 import signal
 
 from taskq.app import App
-from workers.logs import BufferedStreamHandler
-from workers.otel import configure_from_env
-from workers.worker import Worker
+from taskq.workers.logs import BufferedStreamHandler
+from taskq.workers.otel import configure_from_env
+from taskq.workers.worker import Worker
 
 log = logging.getLogger("taskq.worker")
 

@@ -18,13 +18,13 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from taskq.app import App
 from taskq.errors import ConfigError, RemoteItemError, TaskTimeout
 from taskq.policy import Failure, Outcome, Success
+from taskq.settings import Settings
 from taskq.task import Task
-from workers import spark_items
-from workers.batcher import Batcher, Call
-from workers.spark_session import SparkRuntime
+from taskq.workers import spark_items
+from taskq.workers.batcher import Batcher, Call
+from taskq.workers.spark_session import SparkRuntime
 
 LendSlot = Callable[[], contextlib.AbstractContextManager[None]]
 
@@ -33,9 +33,9 @@ class SparkExecutor:
     """Runs the Spark tasks of one worker on its `SparkRuntime` (made here if not given)."""
 
     def __init__(
-        self, app: App, tasks: list[Task[Any, Any]], runtime: SparkRuntime | None = None
+        self, settings: Settings, tasks: list[Task[Any, Any]], runtime: SparkRuntime | None = None
     ) -> None:
-        self.runtime = runtime or SparkRuntime(app.settings)
+        self.runtime = runtime or SparkRuntime(settings)
         self._owns_runtime = runtime is None
         self._batchers: dict[str, Batcher] = {}
         spark_tasks = [t for t in tasks if t.executor == "spark"]

@@ -33,7 +33,7 @@ from xml.sax.saxutils import escape
 
 from taskq.errors import SparkUnavailable, TaskTimeout
 from taskq.settings import Settings
-from workers import spark_items
+from taskq.workers import spark_items
 
 log = logging.getLogger("taskq.worker")
 T = TypeVar("T")

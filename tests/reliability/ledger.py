@@ -6,8 +6,9 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlq.browse import list_dead
 from taskq import App
+from taskq.dlq.browse import list_dead
+from taskq.dlq.record import EnvelopeOriginal
 
 
 @dataclass(frozen=True)
@@ -34,8 +35,9 @@ def runs(path: Path) -> Counter[str]:
 async def account(app: App, ids: list[str], ledger: Path) -> Accounting:
     done = runs(ledger)
     dead = {
-        r.message.get("kwargs", {}).get("tid") or (r.message.get("args") or [None])[0]
+        r.message.kwargs.get("tid") or (r.message.args or [None])[0]
         for r in await list_dead(app)
+        if isinstance(r.message, EnvelopeOriginal)
     }
     succeeded = sum(1 for i in ids if done[i] > 0)
     in_dlq = sum(1 for i in ids if done[i] == 0 and i in dead)

@@ -9,8 +9,9 @@ import os
 import nats
 import pytest
 
-from dlq.browse import list_dead
 from taskq import App, PayloadTooLarge
+from taskq.dlq.browse import list_dead
+from taskq.dlq.record import BlobOriginal, RawOriginal
 from tests.conftest import running_worker, wait_until
 
 CASES: list[tuple[str, bytes, dict[str, str] | None, str]] = [
@@ -47,7 +48,7 @@ async def test_garbage_goes_to_dlq_with_reasons(app: App, nats_url: str, prefix:
     records = await list_dead(app)
     assert sorted(r.reason for r in records) == sorted(c[3] for c in CASES if c[3] != "ok")
     raw = [r for r in records if r.reason == "undecodable"]
-    assert all("raw_b64" in r.message or "blob" in r.message for r in raw)
+    assert all(isinstance(r.message, RawOriginal | BlobOriginal) for r in raw)
     assert all(r.error.message for r in records)
 
 
@@ -59,7 +60,7 @@ async def test_payload_at_max_payload_is_handled(app: App, nats_url: str, prefix
     async def echo(text: str) -> int:
         return len(text)
 
-    broker = await app.broker()
+    broker = (await app.client()).connection
     limit = broker.max_payload
     nc = await nats.connect(nats_url)
     js = nc.jetstream()
@@ -75,13 +76,13 @@ async def test_payload_at_max_payload_is_handled(app: App, nats_url: str, prefix
             lambda: worker.stats["succeeded"] == 1 and worker.stats["dead"] == 2, timeout=30
         )
     await nc.close()
-    from dlq.oversize import original_bytes
+    from taskq.dlq.oversize import original_bytes
 
     records = {r.reason: r for r in await list_dead(app)}
     assert set(records) == {"permanent", "undecodable"}
     assert await original_bytes(app, records["undecodable"]) == junk
     assert await original_bytes(app, records["permanent"]) == bad
-    queue = await broker.stream_state(app.names.queue_stream("default"))
+    queue = await broker.streams.state(app.names.queue_stream("default"))
     assert queue.messages == 0
 
 
@@ -89,9 +90,9 @@ async def test_enqueue_over_max_payload_fails_before_publishing(app: App) -> Non
     @app.task
     async def store(blob: str) -> None: ...
 
-    broker = await app.broker()
+    broker = (await app.client()).connection
     with pytest.raises(PayloadTooLarge) as info:
         await store.enqueue("y" * (broker.max_payload + 1))
     assert info.value.limit == broker.max_payload and info.value.size > info.value.limit
-    state = await broker.stream_state(app.names.queue_stream("default"))
+    state = await broker.streams.state(app.names.queue_stream("default"))
     assert state.messages == 0

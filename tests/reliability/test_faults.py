@@ -129,8 +129,8 @@ async def run_server_restart(
         await wait_until(lambda: all_done(ledger, ids), timeout=120)
         result = await account(app, ids, ledger)
         print(result.line("server restart", restarts))
-        broker = await app.broker()
-        stored = await broker.stream_state(app.names.queue_stream("default"))
+        broker = (await app.client()).connection
+        stored = await broker.streams.state(app.names.queue_stream("default"))
         assert result.lost == 0, result
         assert stored.last_seq == tasks  # publish retries were deduplicated: none stored twice
     finally:

@@ -12,8 +12,8 @@ import pytest
 
 from taskq.policy import Outcome
 from taskq.settings import Settings
-from workers import Worker
-from workers.spark_session import SparkRuntime
+from taskq.workers import Worker
+from taskq.workers.spark_session import SparkRuntime
 
 STARTED: dict[str, float] = {}
 
@@ -42,15 +42,16 @@ async def spark(spark_session: Any) -> AsyncIterator[SparkRuntime]:
 
 
 def spy_outcomes(worker: Worker) -> list[tuple[str, Outcome | None]]:
-    """Record (task id, outcome) for every message `worker` settles from now on."""
+    """Record (task id, outcome) for every message `worker` judges from now on."""
     seen: list[tuple[str, Outcome | None]] = []
-    settle = worker._settle
+    judge = worker._judge.judge
 
-    async def spy(job: Any, decision: Any, outcome: Outcome | None) -> None:
+    async def spy(job: Any) -> Any:
+        decision, outcome = await judge(job)
         seen.append((job.envelope.id if job.envelope else "?", outcome))
-        await settle(job, decision, outcome)
+        return decision, outcome
 
-    worker._settle = spy  # type: ignore[method-assign]
+    worker._judge.judge = spy  # type: ignore[method-assign]
     return seen
 
 

@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from dlq.browse import list_dead
 from taskq import App
+from taskq.dlq.browse import list_dead
 from taskq.errors import TaskFailed
 from taskq.policy import Failure, Success
+from taskq.workers.spark_session import SparkRuntime
 from tests.conftest import running_worker, wait_until
 from tests.spark.conftest import active_jobs, spy_outcomes
-from workers.spark_session import SparkRuntime
 
 pytestmark = pytest.mark.spark
 
@@ -80,14 +80,14 @@ async def test_batch_of_1000_settles_each_item_on_its_own(
     assert values == sorted(i * i for i in range(1000) if i not in bad)
     assert all(isinstance(o.error, ValueError) for _, o in outcomes if isinstance(o, Failure))
     dead = await list_dead(app)
-    assert sorted(d.message["args"][0] for d in dead) == sorted(bad)
+    assert sorted(d.message.args[0] for d in dead) == sorted(bad)
     for record in dead:
-        item = record.message["args"][0]
+        item = record.message.args[0]
         assert record.error.type == "ValueError" and record.attempts == 2
         assert f"bad item {item}" in record.error.traceback
         assert "in square" in record.error.traceback  # the executor's own traceback
-    broker = await app.broker()
-    assert (await broker.stream_state(app.names.queue_stream("default"))).messages == 0
+    broker = (await app.client()).connection
+    assert (await broker.streams.state(app.names.queue_stream("default"))).messages == 0
 
 
 async def test_the_task_package_reaches_the_executors_by_value(
@@ -178,6 +178,6 @@ async def test_shutdown_mid_batch_loses_nothing(
         # handed back with a NAK: redelivered at once, not after the 30 s ack_wait
         await wait_until(lambda: second.stats["succeeded"] == 200 - first.stats["succeeded"], 60)
     assert sorted(int(name) for name in os.listdir(done)) == list(range(200))
-    broker = await app.broker()
-    assert (await broker.stream_state(app.names.queue_stream("default"))).messages == 0
+    broker = (await app.client()).connection
+    assert (await broker.streams.state(app.names.queue_stream("default"))).messages == 0
     assert await list_dead(app) == []

@@ -111,5 +111,5 @@ async def test_job_and_batch_tasks_on_a_standalone_cluster(
     executors = {p.read_text() for p in marks.iterdir()}
     assert str(proc.proc.pid) not in executors  # run by the cluster's executors
     assert f"spark session on {cluster.url}" in proc.output()
-    broker = await app.broker()
-    assert (await broker.stream_state(app.names.queue_stream("default"))).messages == 0
+    broker = (await app.client()).connection
+    assert (await broker.streams.state(app.names.queue_stream("default"))).messages == 0

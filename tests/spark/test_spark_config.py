@@ -10,8 +10,8 @@ import pytest
 from taskq import App, ConfigError
 from taskq.errors import SparkUnavailable
 from taskq.settings import Settings
-from workers import Worker
-from workers.spark_session import FAST_START, SparkRuntime, session_conf
+from taskq.workers import Worker
+from taskq.workers.spark_session import FAST_START, SparkRuntime, session_conf
 
 
 def test_local_master_gets_fast_start_and_user_conf_wins() -> None:
@@ -75,7 +75,10 @@ def test_batch_task_declarations_are_checked() -> None:
         async def coro(x: int) -> None: ...
 
     with pytest.raises(ConfigError, match="spark executor"):
-        app.batch_task(executor="thread", name="t")(lambda x: x)
+        app.batch_task(executor="default", name="t")(lambda x: x)
+    for unsupported in ("thread", "process"):  # accepted only once they run as such
+        with pytest.raises(ConfigError, match="executor must be one of"):
+            app.task(executor=unsupported, name=f"x_{unsupported}")(lambda x: x)
 
 
 async def test_batch_tasks_are_refused_on_spark_connect() -> None:

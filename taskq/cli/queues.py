@@ -8,8 +8,8 @@ import json
 
 import click
 
-from taskq.app import App
-from taskq.cli import Context, pass_ctx, run_async
+from taskq.cli.common import Context, pass_ctx
+from taskq.client import Client
 from taskq.queue_stats import QueueStats, snapshot
 
 
@@ -47,28 +47,21 @@ def queues(
 ) -> None:
     """Per queue: waiting, in flight, redelivered, pulls waiting, dead letters, throughput,
     and stored messages per task."""
-    app = ctx.app()
     with contextlib.suppress(KeyboardInterrupt):
-        run_async(_show(app, list(queues) or None, interval, as_json, watch))
+        ctx.run(lambda client: _show(client, list(queues) or None, interval, as_json, watch))
 
 
 async def _show(
-    app: App, names: list[str] | None, interval: float, as_json: bool, watch: bool
+    client: Client, names: list[str] | None, interval: float, as_json: bool, watch: bool
 ) -> None:
-    try:
-        while True:
-            stats = await snapshot(app, names, interval if interval > 0 or not watch else 1.0)
-            if as_json:
-                click.echo(json.dumps([s.public() for s in stats]))
-            else:
-                if watch:
-                    click.clear()
-                click.echo(table(stats))
-            if not watch:
-                return
-            await asyncio.sleep(0)
-    finally:
-        await app.aclose()
-
-
-COMMANDS = [queues]
+    while True:
+        stats = await snapshot(client, names, interval if interval > 0 or not watch else 1.0)
+        if as_json:
+            click.echo(json.dumps([s.public() for s in stats]))
+        else:
+            if watch:
+                click.clear()
+            click.echo(table(stats))
+        if not watch:
+            return
+        await asyncio.sleep(0)

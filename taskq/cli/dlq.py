@@ -10,10 +10,10 @@ from typing import Any
 
 import click
 
-from dlq.browse import Filters, get_dead, list_dead
-from dlq.record import REASONS, DeadLetter
-from taskq.app import App
-from taskq.cli import Context, pass_ctx, run_async
+from taskq.cli.common import Context, pass_ctx
+from taskq.client import Client
+from taskq.dlq.browse import Filters, get_dead, list_dead
+from taskq.dlq.record import REASONS, DeadLetter
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -83,15 +83,8 @@ def ls(
     as_json: bool,
 ) -> None:
     """List dead letters, newest first."""
-    app = ctx.app()
-    records = run_async(
-        _closing(
-            app,
-            list_dead(
-                app, make_filters(queue, task, reason, since), limit=limit, newest_first=True
-            ),
-        )
-    )
+    filters = make_filters(queue, task, reason, since)
+    records = ctx.run(lambda client: list_dead(client, filters, limit=limit, newest_first=True))
     if as_json:
         click.echo(json.dumps([summary(r) for r in records], indent=2))
         return
@@ -116,8 +109,7 @@ def ls(
 @pass_ctx
 def show(ctx: Context, ref: str, as_json: bool) -> None:
     """Everything about one dead letter: arguments and the full traceback."""
-    app = ctx.app()
-    record = run_async(_closing(app, get_dead(app, ref)))
+    record = ctx.run(lambda client: get_dead(client, ref))
     if record is None:
         raise click.BadParameter(f"no dead letter {ref!r}", param_hint="ID|SEQ")
     if as_json:
@@ -126,7 +118,7 @@ def show(ctx: Context, ref: str, as_json: bool) -> None:
     for key, value in summary(record).items():
         if key != "error":
             click.echo(f"{key:13} {value}")
-    message = record.message
+    message = record.model_dump(mode="json", include={"message"})["message"]  # typed or dict
     click.echo(f"{'message':13} {json.dumps(message)[:2000]}")
     click.echo(f"{'error':13} {record.error.type}: {record.error.message}")
     if record.error.traceback:
@@ -158,16 +150,15 @@ def requeue(
     filters = make_filters(queue, task, reason, since)
     if refs and not filters.empty:
         raise click.UsageError("filters go with --all, not with ID|SEQ arguments")
-    app = ctx.app()
-    run_async(_closing(app, _requeue(app, refs, filters, to_queue, dry_run)))
+    ctx.run(lambda client: _requeue(client, refs, filters, to_queue, dry_run))
 
 
 async def _requeue(
-    app: App, refs: tuple[str, ...], filters: Filters, to_queue: str | None, dry_run: bool
+    client: Client, refs: tuple[str, ...], filters: Filters, to_queue: str | None, dry_run: bool
 ) -> None:
-    from dlq.requeue import requeue as do_requeue
+    from taskq.dlq.requeue import requeue as do_requeue
 
-    records = await _select(app, refs, filters)
+    records = await _select(client, refs, filters)
     if dry_run:
         for r in records:
             click.echo(f"would requeue {r.seq} {r.task}[{r.id}] -> {to_queue or r.queue}")
@@ -179,7 +170,7 @@ async def _requeue(
         file=sys.stderr,
         hidden=len(records) < 100 or not sys.stderr.isatty(),
     ) as bar:
-        result = await do_requeue(app, records, to_queue, progress=bar.update)
+        result = await do_requeue(client, records, to_queue, progress=bar.update)
     for seq, why in result.failed:
         click.echo(f"not requeued {seq}: {why}", err=True)
     click.echo(f"requeued {result.requeued} dead letter(s)")
@@ -187,12 +178,13 @@ async def _requeue(
         raise SystemExit(1)
 
 
-async def _select(app: App, refs: tuple[str, ...], filters: Filters) -> list[DeadLetter]:
+async def _select(client: Client, refs: tuple[str, ...], filters: Filters) -> list[DeadLetter]:
     if not refs:
-        return await list_dead(app, filters)
+        matching: list[DeadLetter] = await list_dead(client, filters)
+        return matching
     found = []
     for ref in refs:
-        record = await get_dead(app, ref)
+        record = await get_dead(client, ref)
         if record is None:
             raise click.BadParameter(f"no dead letter {ref!r}", param_hint="ID|SEQ")
         found.append(record)
@@ -218,18 +210,20 @@ def purge(
             raise click.UsageError("refusing to purge without --yes when nobody can confirm")
         what = "ALL dead letters" if filters.empty else "the matching dead letters"
         click.confirm(f"delete {what}?", abort=True)
-    app = ctx.app()
-    count = run_async(_closing(app, _purge(app, filters)))
+    count = ctx.run(lambda client: _purge(client, filters))
     click.echo(f"purged {count} dead letter(s)")
 
 
-async def _purge(app: App, filters: Filters) -> int:
-    from dlq.purge import purge as purge_records
-    from dlq.purge import purge_all
+async def _purge(client: Client, filters: Filters) -> int:
+    from taskq.dlq.purge import purge as purge_records
+    from taskq.dlq.purge import purge_all
 
+    count: int
     if filters.empty:
-        return await purge_all(app)
-    return await purge_records(app, await list_dead(app, filters))
+        count = await purge_all(client)
+    else:
+        count = await purge_records(client, await list_dead(client, filters))
+    return count
 
 
 @dlq.command("export")
@@ -245,18 +239,18 @@ def export(
     output: Any,
 ) -> None:
     """Write dead letters as JSON lines (byte-exact), e.g. `> dead.jsonl`."""
-    from dlq.transfer import export_lines
+    from taskq.dlq.transfer import export_lines
 
-    app = ctx.app()
+    filters = make_filters(queue, task, reason, since)
 
-    async def go() -> int:
+    async def go(client: Client) -> int:
         count = 0
-        async for line in export_lines(app, make_filters(queue, task, reason, since)):
+        async for line in export_lines(client, filters):
             output.write(line + "\n")
             count += 1
         return count
 
-    count = run_async(_closing(app, go()))
+    count = ctx.run(go)
     click.echo(f"exported {count} dead letter(s)", err=True)
 
 
@@ -265,21 +259,14 @@ def export(
 @pass_ctx
 def import_(ctx: Context, source: Any) -> None:
     """Load dead letters exported with `taskq dlq export` into this DLQ."""
-    from dlq.transfer import ImportFormatError, import_lines
+    from taskq.dlq.transfer import ImportFormatError, import_lines, parse_line
 
-    app = ctx.app()
+    lines = source.read().splitlines()
     try:
-        count = run_async(_closing(app, import_lines(app, source.read().splitlines())))
+        for number, text in enumerate(lines, 1):  # a bad file is a usage error, server or not
+            if text.strip():
+                parse_line(number, text)
+        count = ctx.run(lambda client: import_lines(client, lines))
     except ImportFormatError as exc:
         raise click.BadParameter(str(exc), param_hint="FILE") from None
     click.echo(f"imported {count} dead letter(s)")
-
-
-async def _closing(app: App, coro: Any) -> Any:
-    try:
-        return await coro
-    finally:
-        await app.aclose()
-
-
-COMMANDS = [dlq]

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from taskq.cli import Context, pass_ctx, run_async
+from taskq.cli.common import Context, pass_ctx
 from taskq.errors import ResultTimeout
+
+if TYPE_CHECKING:
+    from taskq.client import Client
+    from taskq.results import ResultRecord
 
 
 @click.command()
@@ -24,36 +28,32 @@ from taskq.errors import ResultTimeout
 @pass_ctx
 def result(ctx: Context, task_id: str, wait: bool, timeout: float | None, as_json: bool) -> None:
     """Show the state and result of task ID (exit 1 if it failed or --wait timed out)."""
-    from taskq.results import ResultRecord, fetch
+    from taskq.results import fetch
     from taskq.results import wait as wait_for
 
-    app = ctx.app()
-
-    async def go() -> ResultRecord | None:
-        try:
-            if wait:
-                return await wait_for(app, task_id, timeout)
-            return await fetch(app, task_id)
-        finally:
-            await app.aclose()
+    async def go(client: Client) -> ResultRecord | None:
+        if wait:
+            return await wait_for(client, task_id, timeout)
+        return await fetch(client, task_id)
 
     try:
-        record = run_async(go())
+        record = ctx.run(go)
     except ResultTimeout as exc:
         raise click.ClickException(str(exc)) from None
+    echo_record(task_id, record, as_json)
+    if record is not None and record.state == "dead":
+        raise SystemExit(1)
+
+
+def echo_record(task_id: str, record: ResultRecord | None, as_json: bool) -> None:
     payload: dict[str, Any] = {"id": task_id, "state": record.state if record else "queued"}
     if record is not None:
         payload.update(record.model_dump(exclude={"state"}))
     if as_json:
         click.echo(json.dumps(payload, default=repr))
-    else:
-        click.echo(f"{task_id}: {payload['state']}")
-        if record is not None and record.state == "succeeded":
-            click.echo(json.dumps(record.result, default=repr))
-        elif record is not None and record.error:
-            click.echo(f"{record.error.get('type')}: {record.error.get('message')}")
-    if record is not None and record.state == "dead":
-        raise SystemExit(1)
-
-
-COMMANDS = [result]
+        return
+    click.echo(f"{task_id}: {payload['state']}")
+    if record is not None and record.state == "succeeded":
+        click.echo(json.dumps(record.result, default=repr))
+    elif record is not None and record.error:
+        click.echo(f"{record.error.get('type')}: {record.error.get('message')}")

@@ -12,8 +12,8 @@ import itertools
 from collections.abc import Iterator
 
 from taskq.errors import ConfigError
-from taskq.jetstream import Broker
-from taskq.names import Names
+from taskq.nats import Connection
+from taskq.topology.names import Names
 
 Part = int | None  # a partition number, or None for a queue's unpartitioned stream
 
@@ -64,10 +64,10 @@ def check_partitions(queue: str, partitions: object) -> int:
     return partitions
 
 
-async def queues_on_server(broker: Broker, names: Names) -> dict[str, list[Part]]:
+async def queues_on_server(connection: Connection, names: Names) -> dict[str, list[Part]]:
     """Every queue of this prefix with the streams it has on the server: None for the
     unpartitioned stream, numbers for partitions (read from the streams' subjects)."""
-    return queues_in(await broker.streams_subjects(), names)
+    return queues_in(await connection.streams.listing(), names)
 
 
 def queues_in(listing: dict[str, tuple[str, ...]], names: Names) -> dict[str, list[Part]]:
@@ -84,21 +84,22 @@ def queues_in(listing: dict[str, tuple[str, ...]], names: Names) -> dict[str, li
     return {queue: _ordered(parts) for queue, parts in sorted(found.items())}
 
 
-async def parts_on_server(broker: Broker, names: Names, queue: str) -> list[Part]:
+async def parts_on_server(connection: Connection, names: Names, queue: str) -> list[Part]:
     """The streams `queue` has on the server (see `queues_on_server`)."""
-    return (await queues_on_server(broker, names)).get(queue, [])
+    return (await queues_on_server(connection, names)).get(queue, [])
 
 
-async def partitions_by_probe(broker: Broker, names: Names, queue: str) -> int:
+async def partitions_by_probe(connection: Connection, names: Names, queue: str) -> int:
     """How many partitions `queue` has, by looking up stream names one by one: producers
     may read a stream's info but not list the account's streams. The unpartitioned stream
     (or none at all) means 1: the default layout."""
-    if await broker.stream_subjects(names.queue_stream(queue)) is not None:
+    if await connection.streams.subjects(names.queue_stream(queue)) is not None:
         return 1
     count = 0
-    while count < MAX_PARTITIONS and await broker.stream_subjects(
-        names.queue_stream(queue, count)
-    ) is not None:
+    while (
+        count < MAX_PARTITIONS
+        and await connection.streams.subjects(names.queue_stream(queue, count)) is not None
+    ):
         count += 1
     return max(1, count)
 

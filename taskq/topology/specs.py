@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from taskq.errors import ConfigError
-from taskq.names import Names
 from taskq.settings import Settings
+from taskq.topology.names import Names
 
 
 @dataclass(frozen=True)

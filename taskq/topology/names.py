@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from taskq.errors import ConfigError
 
 _PARTITIONED = {"q": "p", "s": "ps"}  # subject root of tasks / schedules in a partition
+_MAX_DELIVERIES = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES"
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]+$")
 _TASK = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
 
@@ -118,6 +119,12 @@ class Names:
     def dlq_filter(self) -> str:
         return f"{self.prefix}.dlq.>"
 
+    def dlq_filter_for(self, queue: str | None = None, task: str | None = None) -> str:
+        """The narrowest DLQ subject filter for a queue and/or task (None: any)."""
+        if task:
+            return self.dlq_subject(queue or "*", task)
+        return f"{self.prefix}.dlq.{queue or '*'}.>"
+
     # advisories captured for the crash-loop sweeper
     @property
     def events_stream(self) -> str:
@@ -129,7 +136,14 @@ class Names:
 
     @staticmethod
     def max_deliveries_subject(stream: str) -> str:
-        return f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{stream}.*"
+        return f"{_MAX_DELIVERIES}.{stream}.*"
+
+    @staticmethod
+    def advised_stream(subject: str) -> str | None:
+        """The stream a MAX_DELIVERIES advisory capture subject is for (None: not one)."""
+        if not subject.startswith(_MAX_DELIVERIES + ".") or not subject.endswith(".*"):
+            return None
+        return subject[len(_MAX_DELIVERIES) + 1 : -2] or None
 
     # key-value and object stores
     @property

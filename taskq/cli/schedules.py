@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import click
 
-from taskq.cli import Context, pass_ctx, run_async
+from taskq.cli.common import Context, pass_ctx
+from taskq.client import Client
 
 
 @click.group()
@@ -23,15 +23,7 @@ def ls(ctx: Context, queues: tuple[str, ...], as_json: bool) -> None:
     """List schedules: name, queue, schedule expression and target subject."""
     from taskq.schedules import list_schedules
 
-    app = ctx.app()
-
-    async def go() -> list[Any]:
-        try:
-            return await list_schedules(app, list(queues) or None)
-        finally:
-            await app.aclose()
-
-    found = run_async(go())
+    found = ctx.run(lambda client: list_schedules(client, list(queues) or None))
     if as_json:
         click.echo(json.dumps([vars(s) for s in found], indent=2))
         return
@@ -51,15 +43,7 @@ def rm(ctx: Context, name: str, queue: str) -> None:
     """Cancel schedule NAME (e.g. periodic.cleanup, or a delayed task's id)."""
     from taskq.schedules import remove
 
-    app = ctx.app()
-
-    async def go() -> bool:
-        try:
-            return await remove(app, queue, name)
-        finally:
-            await app.aclose()
-
-    if not run_async(go()):
+    if not ctx.run(lambda client: remove(client, queue, name)):
         raise click.BadParameter(f"no schedule {name!r} in queue {queue!r}", param_hint="NAME")
     click.echo(f"removed {name}")
 
@@ -73,22 +57,16 @@ def prune(ctx: Context, app_spec: str) -> None:
 
     app = ctx.app(app_spec)
 
-    async def go() -> list[str]:
-        try:
-            removed = []
-            for s in await list_schedules(app):
-                task = s.name.removeprefix(PERIODIC + ".")
-                if s.name.startswith(PERIODIC + ".") and task not in app.periodics:
-                    await remove(app, s.queue, s.name)
-                    removed.append(f"{s.queue}/{s.name}")
-            return removed
-        finally:
-            await app.aclose()
+    async def go(client: Client) -> list[str]:
+        removed = []
+        for s in await list_schedules(client):
+            task = s.name.removeprefix(PERIODIC + ".")
+            if s.name.startswith(PERIODIC + ".") and task not in app.periodics:
+                await remove(client, s.queue, s.name)
+                removed.append(f"{s.queue}/{s.name}")
+        return removed
 
-    removed = run_async(go())
+    removed = ctx.run(go, app=app)
     for item in removed:
         click.echo(f"removed {item}")
     click.echo(f"pruned {len(removed)} schedule(s)")
-
-
-COMMANDS = [schedules]

@@ -1,0 +1,148 @@
+"""Validating a task's call arguments against its function's signature with pydantic.
+
+The validator is built once per task. Producers validate before publishing (`for_wire`:
+JSON-ready values); the worker validates again before running (`for_call`: Python values).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any, get_type_hints
+
+from pydantic import ConfigDict, ValidationError, create_model
+
+from taskq.errors import ArgumentsError
+
+_MODEL_CONFIG = ConfigDict(arbitrary_types_allowed=True, populate_by_name=False)
+_JSON_SCALARS = (int, float, str, bool)
+
+
+class _Defaults:
+    """Membership test for defaults that are themselves JSON scalars (or no default)."""
+
+    def __contains__(self, value: object) -> bool:
+        return value is inspect.Parameter.empty or value is None or type(value) in _JSON_SCALARS
+
+
+_JSON_DEFAULTS = _Defaults()
+
+
+class ArgsValidator:
+    """Validates and coerces call arguments against a function signature."""
+
+    def __init__(self, fn: Callable[..., Any], name: str, skip_first: int = 0) -> None:
+        self.task = name
+        signature = inspect.signature(fn)
+        try:
+            hints = get_type_hints(fn)
+        except Exception:  # unresolvable forward refs: validate loosely rather than fail
+            hints = {}
+        params = list(signature.parameters.values())[skip_first:]
+        self.signature = signature.replace(parameters=params)
+        fields: dict[str, Any] = {}
+        self._alias: dict[str, str] = {}
+        for i, param in enumerate(params):
+            annotation = hints.get(param.name, Any)
+            key = f"p{i}"
+            self._alias[param.name] = key
+            if param.kind is inspect.Parameter.VAR_POSITIONAL:
+                fields[key] = (tuple[annotation, ...], ())  # type: ignore[valid-type]
+            elif param.kind is inspect.Parameter.VAR_KEYWORD:
+                fields[key] = (dict[str, annotation], {})  # type: ignore[valid-type]
+            elif param.default is inspect.Parameter.empty:
+                fields[key] = (annotation, ...)
+            else:
+                fields[key] = (annotation, param.default)
+        self._model = create_model(f"{fn.__name__}_arguments", __config__=_MODEL_CONFIG, **fields)
+        kinds = {p.kind for p in params}
+        # "simple" signatures (no */**, no positional-only) bind without inspect, and every
+        # parameter can be passed by keyword: the hot path of enqueue and of the worker
+        self._simple = kinds <= {
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            inspect.Parameter.KEYWORD_ONLY,
+        }
+        self._positional = [
+            p.name for p in params if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+        ]
+        self._required = [p.name for p in params if p.default is inspect.Parameter.empty]
+        # parameters whose validated values are already JSON: no serializing pass needed
+        self._json_native = all(
+            hints.get(p.name, Any) in _JSON_SCALARS and p.default in _JSON_DEFAULTS for p in params
+        )
+
+    def _bind(
+        self, args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]
+    ) -> tuple[dict[str, Any], Any]:
+        """Map the call onto parameter names, then validate: (given arguments, model)."""
+        given = self._fast_bind(args, kwargs) if self._simple else self._slow_bind(args, kwargs)
+        values = {self._alias[name]: value for name, value in given.items()}
+        try:
+            model = self._model.model_validate(values)
+        except ValidationError as exc:
+            names = {v: k for k, v in self._alias.items()}
+            errors: list[dict[str, Any]] = []
+            for error in exc.errors(include_url=False):
+                loc = list(error.get("loc", ()))
+                if loc and loc[0] in names:
+                    loc[0] = names[loc[0]]
+                errors.append({**error, "loc": tuple(loc)})
+            raise ArgumentsError(self.task, errors) from None
+        return given, model
+
+    def _fast_bind(
+        self, args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]
+    ) -> dict[str, Any]:
+        """`Signature.bind` for signatures without */** or positional-only parameters."""
+        if len(args) > len(self._positional):
+            raise ArgumentsError(
+                self.task,
+                f"takes {len(self._positional)} positional argument(s) but {len(args)} were given",
+            )
+        given = dict(zip(self._positional, args, strict=False))
+        for name, value in kwargs.items():
+            if name not in self._alias:
+                raise ArgumentsError(self.task, f"got an unexpected keyword argument {name!r}")
+            if name in given:
+                raise ArgumentsError(self.task, f"got multiple values for argument {name!r}")
+            given[name] = value
+        for name in self._required:
+            if name not in given:
+                raise ArgumentsError(self.task, f"missing a required argument: {name!r}")
+        return given
+
+    def _slow_bind(
+        self, args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]
+    ) -> dict[str, Any]:
+        try:
+            return dict(self.signature.bind(*args, **kwargs).arguments)
+        except TypeError as exc:
+            raise ArgumentsError(self.task, str(exc)) from None
+
+    def for_call(
+        self, args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """Validated Python values, ready to call the function with."""
+        given, model = self._bind(args, kwargs)
+        if self._simple:  # every parameter can be passed by keyword
+            return (), {name: getattr(model, self._alias[name]) for name in given}
+        bound = self.signature.bind_partial()
+        for name in given:
+            bound.arguments[name] = getattr(model, self._alias[name])
+        return bound.args, bound.kwargs
+
+    def for_wire(
+        self, args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]
+    ) -> tuple[list[Any], dict[str, Any]]:
+        """Validated JSON-ready values, in the caller's positional/keyword shape."""
+        given, model = self._bind(args, kwargs)
+        dumped = model.__dict__ if self._json_native else model.model_dump(mode="json")
+        if self._simple:
+            names = list(given)
+            values = [dumped[self._alias[name]] for name in names]
+            split = min(len(args), len(values))
+            return values[:split], dict(zip(names[split:], values[split:], strict=True))
+        bound = self.signature.bind_partial()
+        for name in given:
+            bound.arguments[name] = dumped[self._alias[name]]
+        return list(bound.args), dict(bound.kwargs)

@@ -1,0 +1,1 @@
+"""The `taskq` command line: one module per command group, registered in `taskq.cli.main`."""

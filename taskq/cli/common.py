@@ -1,0 +1,133 @@
+"""What every command shares: the global options (`Context`), loading an App, running a
+coroutine on a connection that is always closed (`Context.run`), and argument parsing."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import sys
+from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from taskq.app import App
+from taskq.client import Client
+from taskq.settings import Settings
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+# What a command does with a connection: called with the Client, awaited, then it is closed.
+Work = Callable[[Client], Awaitable[T]]
+
+
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """Run on uvloop when it is installed (faster I/O), else on asyncio's loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
+def load_app(spec: str) -> App:
+    """Import `module:attribute` (the cwd is importable) and return the App it names."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name:
+        raise click.BadParameter(f"{spec!r} is not MODULE:APP", param_hint="APP")
+    if str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.BadParameter(
+            f"cannot import {module_name!r}: {exc}", param_hint="APP"
+        ) from None
+    candidates = [attr] if attr else ["app"]
+    for name in candidates:
+        app = getattr(module, name, None)
+        if isinstance(app, App):
+            return app
+    raise click.BadParameter(
+        f"{module_name!r} has no taskq App named {candidates[0]!r}", param_hint="APP"
+    )
+
+
+class Context:
+    """Global options shared by every command (connection and security settings)."""
+
+    def __init__(self, url: str | None, prefix: str | None, **security: str | None) -> None:
+        self.url = url
+        self.prefix = prefix
+        self.security = {k: v for k, v in security.items() if v is not None}
+
+    def settings(self) -> Settings:
+        """Settings from the global options, then `TASKQ_*` variables, then defaults."""
+        return Settings.load(url=self.url, prefix=self.prefix, **self.security)
+
+    def app(self, spec: str) -> App:
+        """The App named by MODULE:APP, with the global options applied."""
+        app = load_app(spec)
+        app.configure(url=self.url, prefix=self.prefix, **self.security)
+        return app
+
+    def run(self, work: Work[T], app: App | None = None) -> T:
+        """Run `work(client)` on an event loop and always close the connection after.
+
+        With `app` the client is the App's (`app.client()`, closed by `app.aclose()`);
+        without one it is connected from the global options alone.
+        """
+        return run_async(_connected(work, app if app is not None else self.settings()))
+
+
+async def _connected(work: Work[T], source: App | Settings) -> T:
+    if isinstance(source, App):
+        client = await source.client()
+        close = source.aclose
+    else:
+        client = await Client.connect(source)
+        close = client.close
+    try:
+        return await work(client)
+    finally:
+        await close()
+
+
+SECURITY_OPTIONS = (
+    ("--user", "user", "TASKQ_USER"),
+    ("--password", "password", "TASKQ_PASSWORD"),
+    ("--token", "token", "TASKQ_TOKEN"),
+    ("--nkey-seed", "nkey_seed", "TASKQ_NKEY_SEED"),
+    ("--creds", "creds", "TASKQ_CREDS"),
+    ("--tls-ca", "tls_ca", "TASKQ_TLS_CA"),
+    ("--tls-cert", "tls_cert", "TASKQ_TLS_CERT"),
+    ("--tls-key", "tls_key", "TASKQ_TLS_KEY"),
+)
+
+
+def security_options(fn: F) -> F:
+    """The connection-security flags; each falls back to its TASKQ_* variable."""
+    for flag, dest, env in reversed(SECURITY_OPTIONS):
+        fn = click.option(flag, dest, metavar="VALUE", help=f"[env {env}]")(fn)
+    return fn
+
+
+pass_ctx = click.make_pass_decorator(Context)
+
+
+def parse_json_args(text: str | None) -> tuple[list[Any], dict[str, Any]]:
+    """JSON_ARGS: an array is positional, an object keyword, anything else one argument."""
+    if not text:
+        return [], {}
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", param_hint="JSON_ARGS") from None
+    if isinstance(value, list):
+        return value, {}
+    if isinstance(value, dict):
+        return [], value
+    return [value], {}

@@ -1,0 +1,152 @@
+"""The Client: one connection to NATS for one event loop, and what it has learned.
+
+An App (the registry) hands out one Client per running event loop; tools that need no
+registry (the CLI, the DLQ commands) connect a Client from settings alone. Everything that
+talks to the server (tasks, handles, results, workflows, schedules, the worker) goes through
+a Client, so its caches (queues ensured, partition layouts) live and die with its connection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from taskq.envelope import MSG_ID, TASK_HEADER, Envelope
+from taskq.nats import Connection
+from taskq.retrying import retry_transient
+from taskq.settings import Settings
+from taskq.topology.names import Names
+from taskq.topology.partitions import Part, Placement, layout, partitions_by_probe
+from taskq.topology.specs import check_owner, queue_stream
+
+
+class ClientSource(Protocol):
+    """Anything that gives the Client of the running loop: an App, or a Client itself."""
+
+    async def client(self) -> Client: ...
+
+
+@dataclass(frozen=True)
+class Published:
+    """A task message the server stored (`duplicate`: its id was already in the window)."""
+
+    id: str
+    task: str
+    queue: str
+    seq: int
+    duplicate: bool
+
+
+class Client:
+    """A connection plus the queue layouts it has ensured; made with `Client.connect`."""
+
+    def __init__(
+        self, connection: Connection, settings: Settings, declared: Mapping[str, int]
+    ) -> None:
+        self.connection = connection
+        self.settings = settings
+        self.names = Names(settings.prefix)
+        self._declared = declared  # queue -> partitions, as declared in code (live view)
+        self._ready: set[tuple[str, Part]] = set()  # streams ensured on this connection
+        self._partitions: dict[str, int] = {}  # learned from the server
+        self._laid_out: dict[str, int] = {}  # every stream of the layout ensured
+        self._placement = Placement()
+
+    @classmethod
+    async def connect(cls, settings: Settings, declared: Mapping[str, int] | None = None) -> Client:
+        """Connect (ConnectError names the URL when no server answers)."""
+        return cls(
+            await Connection.connect(settings), settings, {} if declared is None else declared
+        )
+
+    async def client(self) -> Client:
+        """Itself: a Client is a ClientSource, so APIs taking an App take a Client too."""
+        return self
+
+    async def close(self) -> None:
+        await self.connection.close()
+
+    async def queue_partitions(self, queue: str) -> int:
+        """How many partitions `queue` has: as declared, else as found on the server."""
+        declared = self._declared.get(queue)
+        if declared is not None:
+            return declared
+        if queue not in self._partitions:
+            self._partitions[queue] = await partitions_by_probe(self.connection, self.names, queue)
+        return self._partitions[queue]
+
+    async def ensure_queue(self, queue: str, partition: Part = None) -> None:
+        """Create a queue's stream (or one partition's) if missing, once per connection."""
+        if (queue, partition) in self._ready:
+            return
+        spec = queue_stream(self.names, self.settings, queue, partition)
+        # Look before creating: a producer may lack stream-create rights (workers and
+        # operators create streams and apply config drift); a missing stream is created.
+        subjects = await self.connection.streams.subjects(spec.name)
+        check_owner(spec, subjects)
+        if subjects is None:
+            await self.connection.streams.ensure(spec)
+        self._ready.add((queue, partition))
+
+    async def place(self, queue: str, key: str | None = None) -> Part:
+        """The partition (None: unpartitioned) a new message of `queue` goes to. `key`
+        picks a partition by hash, so the same key always meets the same stream's dedup
+        window; no key: round robin."""
+        return (await self.spread(queue, 1, key))[0]
+
+    async def spread(self, queue: str, count: int, key: str | None = None) -> list[Part]:
+        """Partitions for `count` new messages: round robin, or all in the one `key` picks.
+        Every partition's stream is made on first use, so the layout on the server is
+        whole for workers and `taskq queues` that learn it from there."""
+        partitions = self._laid_out.get(queue)
+        if partitions is None:  # once per connection: the hot path is the lookup above
+            partitions = await self._lay_out(queue)
+        return [self._placement.pick(queue, partitions, key) for _ in range(count)]
+
+    async def _lay_out(self, queue: str) -> int:
+        partitions = await retry_transient(
+            lambda: self.queue_partitions(queue), what="queue set-up"
+        )
+        for part in layout(partitions):
+            await retry_transient(
+                lambda p=part: self.ensure_queue(queue, p),  # type: ignore[misc]
+                what="queue set-up",
+            )
+        self._laid_out[queue] = partitions
+        return partitions
+
+    def placed(self, envelope: Envelope, queue: str, part: Part) -> Envelope:
+        """`envelope` addressed to `queue` (and partition `part`): `queue` and `subject` set."""
+        subject = self.names.queue_subject(queue, envelope.task, part)
+        return replace(envelope, queue=queue, subject=subject)
+
+    async def publish_envelope(
+        self,
+        envelope: Envelope,
+        queue: str,
+        msg_id: str | None = None,
+        key: str | None = None,
+        fresh: bool = False,
+    ) -> Published:
+        """Place a ready envelope in `queue` and publish it (workflow steps, requeues).
+
+        On a partitioned queue `key` picks the partition; without one, the message id does
+        (a workflow step or requeue published again lands in the same dedup window), or
+        round robin when the id is `fresh` (never published before).
+        """
+        msg_id = msg_id or envelope.id
+        placed_by = key if key is not None else None if fresh else msg_id
+        part = await self.place(queue, placed_by)
+        return await self.publish_placed(self.placed(envelope, queue, part), msg_id)
+
+    async def publish_placed(self, envelope: Envelope, msg_id: str | None = None) -> Published:
+        """Publish an envelope to its `subject`, retrying transient failures (safe: the
+        message id makes a repeat a duplicate)."""
+        headers = {**envelope.headers, MSG_ID: msg_id or envelope.id, TASK_HEADER: envelope.task}
+        body = envelope.encode()
+        ack = await retry_transient(
+            lambda: self.connection.publish(envelope.subject, body, headers),
+            what=f"enqueue of {envelope.task}",
+        )
+        return Published(envelope.id, envelope.task, envelope.queue, ack.seq, ack.duplicate)

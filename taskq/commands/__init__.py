@@ -1,1 +1,0 @@
-"""Command groups of the `taskq` CLI, one module per feature."""

@@ -1,0 +1,19 @@
+"""The NATS boundary: the only package that imports `nats` (nats-py).
+
+Everything above it speaks the types exported here. nats-py exceptions are translated into
+the `TaskqError` tree inside this package and never leak to callers.
+"""
+
+from taskq.nats.connection import Connection
+from taskq.nats.pull import Delivery, Puller
+from taskq.nats.types import ConsumerState, PubAck, StoredMessage, StreamState
+
+__all__ = [
+    "Connection",
+    "ConsumerState",
+    "Delivery",
+    "PubAck",
+    "Puller",
+    "StoredMessage",
+    "StreamState",
+]

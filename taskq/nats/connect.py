@@ -1,0 +1,123 @@
+"""Opening a NATS connection from taskq's settings: servers, credentials, TLS, callbacks."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+from typing import Any
+
+import nats.errors
+from nats.aio.client import Client
+
+from taskq.errors import ConnectError, PermissionDenied
+from taskq.nats import internals
+from taskq.nats.errors import Guard
+from taskq.settings import Settings
+
+log = logging.getLogger("taskq.nats")
+
+
+class Events:
+    """Connection callbacks that stay quiet while connecting for the first time and closing."""
+
+    def __init__(self, guard: Guard) -> None:
+        self.guard = guard
+        self.live = False
+        self.refused = False
+        self.last: Exception | None = None  # while connecting: why the last attempt failed
+
+    async def error(self, exc: Exception) -> None:
+        if not self.live:
+            self.last = exc
+            if isinstance(exc, ssl.SSLError):
+                raise exc  # a TLS failure will not pass on retry: end the first connect now
+        text = str(exc)
+        if isinstance(exc, nats.errors.AuthorizationError) or "authorization" in text.lower():
+            self.refused = True  # wrong credentials: reported as PermissionDenied at connect
+        if "permissions violation" in text.lower():
+            self.guard.violation(text.strip().strip("'"))
+        if self.live:
+            log.warning("NATS: %s", text or type(exc).__name__)
+
+    async def disconnected(self) -> None:
+        if self.live:
+            log.warning("NATS: disconnected, reconnecting")
+
+    async def reconnected(self) -> None:
+        if self.live:
+            log.info("NATS: reconnected")
+
+
+async def open_client(settings: Settings, name: str, events: Events) -> Client:
+    """Connect, or raise ConnectError naming the URL when no server answers."""
+    client = Client()
+    options = connect_options(settings, name, events)
+    # nats-py can wait forever on a socket closed after a failed TLS handshake: bound
+    # the first connect (each server, tried twice) and report the error seen last
+    budget = 2 * len(options["servers"]) * (settings.connect_timeout + 1.0) + 1.0
+    try:
+        async with asyncio.timeout(budget):
+            await client.connect(**options)
+    except nats.errors.AuthorizationError as exc:
+        raise PermissionDenied(f"NATS at {settings.url} refused the credentials: {exc}") from None
+    except (TimeoutError, nats.errors.Error, OSError) as exc:  # ssl.SSLError is an OSError
+        last = events.last or internals.last_error(client) or exc
+        if events.refused or isinstance(last, nats.errors.AuthorizationError):
+            raise PermissionDenied(f"NATS at {settings.url} refused the credentials") from None
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(1.0):
+                await client.close()
+        raise ConnectError(settings.url, _describe(last)) from None
+    internals.check_client(client)
+    client.options["max_reconnect_attempts"] = -1  # from now on, never give up
+    events.live = True
+    return client
+
+
+def connect_options(settings: Settings, name: str, events: Events) -> dict[str, Any]:
+    options: dict[str, Any] = {
+        "servers": [u.strip() for u in settings.url.split(",")],
+        "name": name,
+        "connect_timeout": settings.connect_timeout,
+        "allow_reconnect": True,
+        # bounded for the first connect (fail fast with ConnectError); unbounded afterwards
+        "max_reconnect_attempts": 1,
+        "reconnect_time_wait": 0.5,
+        "error_cb": events.error,
+        "disconnected_cb": events.disconnected,
+        "reconnected_cb": events.reconnected,
+    }
+    options.update(_credentials(settings))
+    tls = _tls_context(settings)
+    if tls is not None:
+        options["tls"] = tls
+    return options
+
+
+def _credentials(settings: Settings) -> dict[str, Any]:
+    given = {
+        "user": settings.user,
+        "password": settings.password if settings.user else None,
+        "token": settings.token,
+        "nkeys_seed_str": settings.nkey_seed,
+        "user_credentials": settings.creds,
+    }
+    return {key: value for key, value in given.items() if value}
+
+
+def _tls_context(settings: Settings) -> ssl.SSLContext | None:
+    if not (settings.tls_ca or settings.tls_cert):
+        return None
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=settings.tls_ca)
+    if settings.tls_cert:
+        ctx.load_cert_chain(settings.tls_cert, settings.tls_key)
+    return ctx
+
+
+def _describe(exc: BaseException) -> str:
+    """One line for a connect failure (ssl errors carry the useful part in `reason`)."""
+    if isinstance(exc, ssl.SSLError):
+        return f"{exc.reason or type(exc).__name__}: {getattr(exc, 'verify_message', '') or exc}"
+    return str(exc) or type(exc).__name__

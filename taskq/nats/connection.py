@@ -1,0 +1,157 @@
+"""A connection to NATS: publishing, pulling, subscribing, and the JetStream facets.
+
+`Connection.streams`, `.messages`, `.kv` and `.blobs` group the operations by what they act
+on; the connection itself publishes (acknowledged or pipelined), pulls and subscribes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import api
+
+from taskq.errors import PayloadTooLarge, TaskqError, TransientError
+from taskq.nats.connect import Events, open_client
+from taskq.nats.errors import Guard
+from taskq.nats.kv import KeyValue
+from taskq.nats.messages import Messages
+from taskq.nats.objects import Objects
+from taskq.nats.pull import Puller
+from taskq.nats.streams import Streams
+from taskq.nats.types import PubAck
+from taskq.settings import Settings
+
+Handler = Callable[[str, bytes], Awaitable[None]]
+
+
+class Connection:
+    """One nats-py client with the JetStream operations taskq uses."""
+
+    def __init__(self, client: Client, settings: Settings, events: Events) -> None:
+        self._nc = client
+        self._events = events
+        self._guard = events.guard
+        self.settings = settings
+        js = client.jetstream(timeout=5.0)
+        self._js = js
+        self.streams = Streams(client, js, self._guard)
+        self.messages = Messages(client, js, self._guard)
+        self.kv = KeyValue(js, self._guard, self.publish_nowait, self.subscribe)
+        self.blobs = Objects(js, self._guard)
+
+    @classmethod
+    async def connect(cls, settings: Settings, name: str = "taskq") -> Connection:
+        """Connect, or raise ConnectError naming the URL when no server answers."""
+        events = Events(Guard())
+        client = await open_client(settings, name, events)
+        return cls(client, settings, events)
+
+    @property
+    def max_payload(self) -> int:
+        return int(self._nc.max_payload)
+
+    @property
+    def connected(self) -> bool:
+        return bool(self._nc.is_connected)
+
+    async def close(self) -> None:
+        self._events.live = False
+        # flush (settles and publishes reach the server), then close: `drain()` would wait
+        # out its 30 s timeout on the inboxes of expired pull requests.
+        with contextlib.suppress(Exception):
+            await self._nc.flush(timeout=2)
+        with contextlib.suppress(Exception):
+            await self._nc.close()
+
+    async def flush(self, timeout: float = 5.0) -> None:
+        with self._guard:
+            await self._nc.flush(timeout=int(max(1, timeout)))
+
+    async def publish(
+        self,
+        subject: str,
+        body: bytes,
+        headers: dict[str, str] | None = None,
+        *,
+        timeout: float = 5.0,
+    ) -> PubAck:
+        """Publish and wait for the server to store it; raises PayloadTooLarge before sending."""
+        self._check_size(body, headers)
+        with self._guard:
+            ack = await self._js.publish(subject, body, timeout=timeout, headers=headers)
+        return PubAck(ack.stream, ack.seq, bool(ack.duplicate))
+
+    async def publish_nowait(
+        self,
+        subject: str,
+        body: bytes,
+        headers: dict[str, str] | None = None,
+        ack_timeout: float = 5.0,
+    ) -> asyncio.Future[PubAck]:
+        """Send now; returns a future of the server's ack (pipelined publishing).
+
+        The future holds a PubAck or a taskq error; it is chained with a callback rather than
+        a wrapper task, which would cost a task per message.
+        """
+        self._check_size(body, headers)
+        with self._guard:
+            # no wait_stall: asyncio.wait_for with a timeout costs a task and a loop turn per call
+            inner = await self._js.publish_async(subject, body, headers=headers)
+        loop = asyncio.get_running_loop()
+        outer: asyncio.Future[PubAck] = loop.create_future()
+        # An ack can be lost for good (a stream leader killed between storing and answering):
+        # without a deadline the waiter would hang forever. One timer handle, not a task.
+        timer = loop.call_later(ack_timeout, _ack_overdue, inner, outer, ack_timeout)
+        inner.add_done_callback(lambda done: self._settle_ack(done, outer, timer))
+        return outer
+
+    async def pull(self, stream: str, durable: str) -> Puller:
+        """A puller for an existing durable consumer (NotFound is raised on first use)."""
+        return await Puller(self._nc, self._guard, stream, durable).open()
+
+    async def subscribe(self, subject: str, handler: Handler) -> Callable[[], Awaitable[None]]:
+        """Core NATS subscription; returns an async unsubscribe function."""
+
+        async def on_msg(msg: Msg) -> None:
+            await handler(msg.subject, msg.data)
+
+        with self._guard:
+            sub = await self._nc.subscribe(subject, cb=on_msg)
+        return sub.unsubscribe
+
+    def _check_size(self, body: bytes, headers: dict[str, str] | None) -> None:
+        size = len(body) + sum(len(k) + len(v) + 4 for k, v in (headers or {}).items())
+        if size > self.max_payload:
+            raise PayloadTooLarge(size, self.max_payload)
+
+    def _settle_ack(
+        self,
+        done: asyncio.Future[api.PubAck],
+        outer: asyncio.Future[PubAck],
+        timer: asyncio.TimerHandle,
+    ) -> None:
+        timer.cancel()
+        if outer.done():
+            return
+        if done.cancelled():
+            outer.set_exception(TransientError("publish cancelled before the server acknowledged"))
+            return
+        try:
+            with self._guard:
+                ack = done.result()
+        except TaskqError as exc:
+            outer.set_exception(exc)
+            return
+        outer.set_result(PubAck(ack.stream, ack.seq, bool(ack.duplicate)))
+
+
+def _ack_overdue(
+    inner: asyncio.Future[api.PubAck], outer: asyncio.Future[PubAck], after: float
+) -> None:
+    if not outer.done():
+        outer.set_exception(TransientError(f"no acknowledgement from the server in {after:g}s"))
+    inner.cancel()  # nats-py forgets the pending publish (and frees its slot)

@@ -1,0 +1,118 @@
+"""Translation of nats-py errors into the `TaskqError` tree, at this package's boundary.
+
+A `Guard` belongs to one connection: `with guard:` around any nats-py call turns its errors
+into taskq errors. It also remembers the permission violations its server reported, because
+the server refuses a publish asynchronously and the request then only times out; a timeout
+right after a violation is reported as the PermissionDenied it really is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable
+
+import nats.errors
+import nats.js.errors
+
+from taskq.errors import BrokerError, NotFound, PermissionDenied, TaskqError, TransientError
+
+# JetStream API error codes we react to (nats-server `server/errors.json`)
+STREAM_NOT_FOUND = 10059
+CONSUMER_NOT_FOUND = 10014
+MESSAGE_NOT_FOUND = 10037
+STREAM_NAME_IN_USE = 10058
+
+_TIMEOUTS = (nats.errors.TimeoutError, asyncio.TimeoutError, TimeoutError)
+_NOT_READY = (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError)
+
+
+class Guard:
+    """Context manager translating NATS errors raised inside it (one per connection).
+
+    A class rather than a generator-based context manager: it wraps every ack and publish,
+    and this form costs a fraction of `contextlib.contextmanager`'s set-up per use.
+    """
+
+    __slots__ = ("_violations",)
+
+    def __init__(self) -> None:
+        self._violations: deque[tuple[float, str]] = deque(maxlen=16)  # (when, text)
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        if exc is None or isinstance(exc, TaskqError) or not isinstance(exc, Exception):
+            return
+        error = translate(exc, self.recent_violation)
+        if error is not None:
+            raise error from None
+
+    def violation(self, text: str) -> None:
+        """Remember a permissions violation the server reported on this connection."""
+        self._violations.append((time.monotonic(), text))
+
+    def recent_violation(self, within: float = 15.0) -> str | None:
+        """The text of a violation seen in the last `within` seconds (consumed once)."""
+        now = time.monotonic()
+        while self._violations:
+            when, text = self._violations.pop()
+            if now - when <= within:
+                return text
+        return None
+
+
+def translate(exc: Exception, violation: Callable[[], str | None]) -> TaskqError | None:
+    """The taskq error for a NATS client exception (None: not a NATS error, let it be)."""
+    if isinstance(exc, nats.js.errors.APIError):
+        return _api_error(exc)
+    if isinstance(exc, _TIMEOUTS):
+        refused = violation()
+        if refused:
+            return PermissionDenied(f"NATS refused it: {refused}", None, 403)
+        return TransientError("NATS request timed out")
+    if isinstance(exc, nats.errors.Error):
+        return _client_error(exc)
+    return None
+
+
+def _api_error(exc: nats.js.errors.APIError) -> TaskqError:
+    # some subclasses (KV errors) skip APIError.__init__: read attributes defensively
+    text = getattr(exc, "description", None) or str(exc)
+    code, err_code = getattr(exc, "code", None), getattr(exc, "err_code", None)
+    if isinstance(exc, nats.js.errors.NotFoundError):
+        return NotFound(getattr(exc, "description", None) or "not found", err_code, code)
+    if isinstance(exc, nats.js.errors.ServiceUnavailableError):
+        return TransientError(exc.description or "JetStream unavailable", exc.err_code, 503)
+    if code == 403 or "permission" in text.lower():
+        return PermissionDenied(text, err_code, code)
+    return BrokerError(text, err_code, code)
+
+
+def _client_error(exc: nats.errors.Error) -> TaskqError:
+    if isinstance(exc, nats.js.errors.NoStreamResponseError):
+        return TransientError("no stream answered the publish (is it being elected?)")
+    if isinstance(exc, nats.errors.MaxPayloadError):
+        return BrokerError(f"message over the server's max_payload: {exc}")
+    if isinstance(exc, nats.errors.NoRespondersError):
+        return TransientError("no responders (JetStream not ready?)")
+    if isinstance(exc, _NOT_READY):
+        return TransientError(f"NATS connection not ready: {type(exc).__name__}")
+    return BrokerError(str(exc) or type(exc).__name__)
+
+
+def reply_error(reply: dict[str, object], what: str) -> BrokerError | None:
+    """The error in a raw JetStream API reply (`{"error": {...}}`), or None."""
+    error = reply.get("error")
+    if not isinstance(error, dict):
+        return None
+    code, err_code = error.get("code"), error.get("err_code")
+    return BrokerError(
+        str(error.get("description", f"{what} failed")),
+        err_code if isinstance(err_code, int) else None,
+        code if isinstance(code, int) else None,
+    )

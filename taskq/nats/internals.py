@@ -1,0 +1,73 @@
+"""Every use of nats-py's private attributes, in this one file.
+
+nats-py (pinned to the tested range in pyproject.toml) has no public API for these:
+- `Subscription._pending_queue` / `_pending_size`: the pull loop reads a subscription's own
+  queue, as nats-py's `fetch` does, instead of a callback (a task hop per message) or
+  `next_msg` (a `wait_for` task per message); it must keep the slow-consumer count right.
+- `Msg._ackd`: a TERM with a reason is sent as a raw publish (nats-py's `term()` sends none),
+  so the message is marked settled by hand.
+- `Client._err`: why the last connect attempt failed, when the connect call only says "no
+  servers available".
+
+`check_client` and `check_subscription` verify them on live objects, so a nats-py upgrade that
+changes any of them fails loudly at connect (and in tests/test_nats_internals.py) instead
+of misbehaving quietly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Any
+
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from taskq.errors import BrokerError
+
+TESTED = "nats-py>=2.16,<2.17"
+
+
+def pending_queue(sub: Any) -> asyncio.Queue[Msg]:
+    """The queue nats-py fills with a subscription's messages."""
+    queue: asyncio.Queue[Msg] = sub._pending_queue
+    return queue
+
+
+def taken(sub: Any, msg: Msg) -> Msg:
+    """Account for a message read straight from `pending_queue` (slow-consumer limits)."""
+    sub._pending_size -= len(msg.data)
+    return msg
+
+
+def mark_settled(msg: Msg) -> None:
+    """Record that `msg` was acknowledged by a raw publish on its reply subject."""
+    msg._ackd = True
+
+
+def last_error(client: Client) -> BaseException | None:
+    """The error of the client's last connect attempt, if it kept one."""
+    error = getattr(client, "_err", None)
+    return error if isinstance(error, BaseException) else None
+
+
+def check_client(client: Client) -> None:
+    """Raise BrokerError if this nats-py's Client or Msg lack what taskq relies on."""
+    if not hasattr(client, "_err"):
+        _changed("Client._err")
+    if "_ackd" not in {f.name for f in dataclasses.fields(Msg)}:
+        _changed("Msg._ackd")
+
+
+def check_subscription(sub: Any) -> None:
+    """Raise BrokerError if a Subscription lacks its pending queue or size counter."""
+    if not isinstance(getattr(sub, "_pending_queue", None), asyncio.Queue):
+        _changed("Subscription._pending_queue")
+    if not isinstance(getattr(sub, "_pending_size", None), int):
+        _changed("Subscription._pending_size")
+
+
+def _changed(what: str) -> None:
+    raise BrokerError(
+        f"the installed nats-py no longer has {what}, which taskq relies on: install {TESTED}"
+    )

@@ -1,0 +1,125 @@
+"""Key-value buckets (results, workflow state): reads, writes, compare-and-set, watching.
+
+Where the server keeps a bucket (`KV_<bucket>`, subjects `$KV.<bucket>.<key>`) is known only
+here, so callers never build those names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from nats.js import JetStreamContext, api
+from nats.js.errors import BadRequestError, BucketNotFoundError, KeyWrongLastSequenceError
+
+from taskq.errors import NotFound
+from taskq.nats.errors import STREAM_NAME_IN_USE, Guard
+from taskq.nats.types import PubAck
+from taskq.retrying import patiently
+from taskq.topology.specs import BucketSpec
+
+Publish = Callable[[str, bytes], Awaitable[Awaitable[PubAck]]]
+Subscribe = Callable[[str, Callable[[str, bytes], Awaitable[None]]], Awaitable[Any]]
+
+
+class KeyValue:
+    """Key-value operations on one connection; a bucket is looked up once per connection."""
+
+    def __init__(
+        self, js: JetStreamContext, guard: Guard, publish: Publish, subscribe: Subscribe
+    ) -> None:
+        self._js = js
+        self._guard = guard
+        self._publish = publish
+        self._subscribe = subscribe
+        self._buckets: dict[str, Any] = {}
+
+    async def ensure(self, spec: BucketSpec) -> None:
+        """Create a bucket (file storage, TTL, history) unless it exists."""
+        if spec.name in self._buckets:  # checked once per connection, not per use
+            return
+        config = api.KeyValueConfig(
+            bucket=spec.name,
+            history=spec.history,
+            ttl=spec.ttl,
+            replicas=spec.replicas,
+            storage=api.StorageType.FILE,
+        )
+        with self._guard:
+            try:  # look first: readers (producers) may not have the right to create
+                self._buckets[spec.name] = await self._js.key_value(spec.name)
+                return
+            except BucketNotFoundError:
+                pass
+            try:
+                self._buckets[spec.name] = await self._js.create_key_value(config)
+            except BadRequestError as exc:
+                if exc.err_code != STREAM_NAME_IN_USE:
+                    raise
+                self._buckets[spec.name] = await self._js.key_value(spec.name)
+
+    async def put(self, bucket: str, key: str, value: bytes) -> int:
+        """Store `value` under `key`; returns the revision (pipelined, no wait_for task)."""
+        ack = await (await self._publish(subject(bucket, key), value))
+        return ack.seq
+
+    async def get(self, bucket: str, key: str) -> tuple[bytes, int] | None:
+        """The current value and revision of `key`, or None if absent (or deleted)."""
+        store = await self._bucket(bucket)
+        try:
+            with self._guard:
+                entry = await store.get(key)
+        except NotFound:
+            return None
+        if entry.value is None or entry.operation in ("DEL", "PURGE"):
+            return None
+        return bytes(entry.value), int(entry.revision or 0)
+
+    async def create(self, bucket: str, key: str, value: bytes) -> int | None:
+        """Store `value` only if `key` does not exist; None when it already did."""
+        store = await self._bucket(bucket)
+        with self._guard:
+            try:
+                return int(await store.create(key, value))
+            except KeyWrongLastSequenceError:
+                return None
+
+    async def count(self, bucket: str, pattern: str) -> int:
+        """How many keys matching `pattern` (e.g. `chord.r.*`) hold a value."""
+
+        async def read() -> api.StreamInfo:
+            with self._guard:
+                return await self._js.stream_info(
+                    stream(bucket), subjects_filter=subject(bucket, pattern)
+                )
+
+        info = await patiently(read)
+        return len(getattr(info.state, "subjects", None) or {})
+
+    async def watch(
+        self, bucket: str, key: str, on_update: Callable[[str, bytes], Awaitable[None]]
+    ) -> Callable[[], Awaitable[None]]:
+        """Call `on_update(subject, value)` for every new write of `key`; returns the
+        function that stops watching. Open it before a first read, so no write is missed."""
+        unsubscribe: Callable[[], Awaitable[None]] = await self._subscribe(
+            subject(bucket, key), on_update
+        )
+        return unsubscribe
+
+    async def _bucket(self, bucket: str) -> Any:
+        store = self._buckets.get(bucket)
+        if store is None:
+            with self._guard:
+                store = await self._js.key_value(bucket)
+            self._buckets[bucket] = store
+        return store
+
+
+def subject(bucket: str, key: str) -> str:
+    """The subject a key's values are stored on (keys may be `*`/`>` patterns)."""
+    return f"$KV.{bucket}.{key}"
+
+
+def stream(bucket: str) -> str:
+    """The stream that holds a bucket."""
+    return f"KV_{bucket}"

@@ -1,0 +1,155 @@
+"""Stored messages read, deleted and purged by sequence or subject, without consuming them."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from nats.aio.client import Client
+from nats.js import JetStreamContext, api
+
+from taskq.errors import BrokerError, NotFound, TaskqError
+from taskq.nats.errors import MESSAGE_NOT_FOUND, Guard, reply_error
+from taskq.nats.pull import Puller
+from taskq.nats.types import StoredMessage
+from taskq.retrying import patiently
+
+
+class Messages:
+    """Direct reads and removals of stream messages on one connection."""
+
+    def __init__(self, client: Client, js: JetStreamContext, guard: Guard) -> None:
+        self._nc = client
+        self._js = js
+        self._guard = guard
+
+    async def get(self, stream: str, seq: int) -> StoredMessage | None:
+        """Read one message by sequence; None when it is gone."""
+        return await self._read_one(stream, seq, following=False, subject=None)
+
+    async def next(self, stream: str, seq: int, subject: str | None = None) -> StoredMessage | None:
+        """The first message at or after `seq` (optionally on `subject`); None past the end."""
+        return await self._read_one(stream, seq, following=True, subject=subject)
+
+    async def last(self, stream: str, subject: str) -> StoredMessage | None:
+        """The last message stored on `subject`, or None."""
+        try:
+            with self._guard:
+                raw = await self._js.get_last_msg(stream, subject)
+        except (NotFound, BrokerError):
+            return None
+        return _stored(raw, subject, 0)
+
+    async def _read_one(
+        self, stream: str, seq: int, *, following: bool, subject: str | None
+    ) -> StoredMessage | None:
+        async def read() -> api.RawStreamMsg:
+            with self._guard:
+                return await self._js.get_msg(stream, seq=seq, next=following, subject=subject)
+
+        try:
+            raw = await patiently(read)
+        except NotFound:
+            return None
+        except BrokerError as exc:
+            if exc.code == MESSAGE_NOT_FOUND:
+                return None
+            raise
+        return _stored(raw, "", seq)
+
+    async def delete(self, stream: str, seq: int) -> bool:
+        """Delete one message; False when it was already gone.
+
+        `no_erase`: nats-py's delete asks the server to overwrite the bytes first, which
+        costs milliseconds per message on a file store; removal is what we need.
+        """
+        reply = await self._api(f"STREAM.MSG.DELETE.{stream}", {"seq": seq, "no_erase": True})
+        error = reply_error(reply, "delete")
+        if error is None:
+            return True
+        if error.code == MESSAGE_NOT_FOUND or error.status == 404:
+            return False
+        raise error
+
+    async def purge(
+        self, stream: str, subject: str | None = None, before_seq: int | None = None
+    ) -> int:
+        """Remove messages (on `subject`, with sequence below `before_seq`); returns how many."""
+        request: dict[str, Any] = {}
+        if subject:
+            request["filter"] = subject
+        if before_seq:
+            request["seq"] = before_seq
+        reply = await self._api(f"STREAM.PURGE.{stream}", request)
+        error = reply_error(reply, "purge")
+        if error is not None:
+            raise error
+        return int(reply.get("purged", 0))
+
+    async def read(
+        self, stream: str, subject: str | None = None, batch: int = 1000
+    ) -> AsyncIterator[StoredMessage]:
+        """Every message of `stream` (on `subject`), oldest first, without consuming any.
+
+        An ephemeral, unacknowledged pull consumer reads in batches: far fewer round trips
+        than a direct get per message. It is deleted afterwards (and expires by itself).
+        """
+        name, pending = await self._reader(stream, subject)
+        if not pending:
+            await self._drop_consumer(stream, name)
+            return
+        puller = await Puller(self._nc, self._guard, stream, name).open()
+        try:
+            while True:
+                got = 0
+                async for delivery in puller.stream(batch, 2.0):
+                    got += 1
+                    yield delivery.stored()
+                    if delivery.pending == 0:
+                        return
+                if got == 0:  # nothing within the expiry: the stream changed under us
+                    return
+        finally:
+            await puller.close()
+            await self._drop_consumer(stream, name)
+
+    async def _reader(self, stream: str, subject: str | None) -> tuple[str, int]:
+        config = api.ConsumerConfig(
+            ack_policy=api.AckPolicy.NONE,
+            deliver_policy=api.DeliverPolicy.ALL,
+            filter_subject=subject,
+            inactive_threshold=30.0,  # a retried create that did land cleans itself up
+            mem_storage=True,
+            num_replicas=1,
+        )
+
+        async def create() -> api.ConsumerInfo:
+            with self._guard:
+                return await self._js.add_consumer(stream, config)
+
+        info = await patiently(create)
+        return info.name or "", int(info.num_pending or 0)
+
+    async def _drop_consumer(self, stream: str, name: str) -> None:
+        with contextlib.suppress(TaskqError), self._guard:
+            await self._js.delete_consumer(stream, name)
+
+    async def _api(self, what: str, request: dict[str, Any]) -> dict[str, Any]:
+        with self._guard:
+            raw = await self._nc.request(
+                f"$JS.API.{what}", json.dumps(request).encode(), timeout=10
+            )
+        reply: dict[str, Any] = json.loads(raw.data)
+        return reply
+
+
+def _stored(raw: api.RawStreamMsg, subject: str, seq: int) -> StoredMessage:
+    return StoredMessage(
+        subject=raw.subject or subject,
+        seq=raw.seq or seq,
+        data=raw.data or b"",
+        headers=dict(raw.headers or {}),
+        time=None,
+    )

@@ -1,0 +1,85 @@
+"""The architecture holds: no import cycles, dependencies point one way (cli → workers →
+dlq → taskq core), only `taskq.nats` imports nats-py, and only one file of it touches
+nats-py's private attributes."""
+
+from __future__ import annotations
+
+import ast
+
+from tests.architecture.modules import ROOT, cycles, graph, imported_names, layer, modules
+
+LAYERS = ("taskq core", "taskq.dlq", "taskq.workers", "taskq.cli")
+
+
+def test_no_import_cycles() -> None:
+    found = cycles(graph())
+    assert found == [], "import cycles (every import counts, even in functions): " + "; ".join(
+        " -> ".join(c) for c in found
+    )
+
+
+def test_dependencies_point_one_way() -> None:
+    wrong = [
+        f"{source} ({LAYERS[layer(source)]}) imports {target} ({LAYERS[layer(target)]}) "
+        f"at line {line}"
+        for source, targets in graph().items()
+        for target, line in targets.items()
+        if layer(target) > layer(source)
+    ]
+    assert wrong == []
+
+
+def test_the_checks_see_a_cycle_and_an_upward_import() -> None:
+    # Given a small graph with a cycle, the detector finds it (so the test above can fail)
+    assert cycles({"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}, "d": {}}) == [["a", "b", "c"]]
+    # and the real graph has the edges the layering rule is about
+    edges = graph()
+    assert "taskq.dlq.record" in edges["taskq.workers.settle"]
+    assert layer("taskq.workers.worker") > layer("taskq.dlq.sweeper") > layer("taskq.client")
+
+
+def test_only_taskq_nats_imports_nats() -> None:
+    offenders = [
+        f"{name}:{line} imports {target}"
+        for name, path in modules().items()
+        if not name.startswith("taskq.nats")
+        for target, line in imported_names(path, name)
+        if target == "nats" or target.startswith("nats.")
+    ]
+    assert offenders == []
+
+
+def test_nats_py_privates_are_touched_in_one_file() -> None:
+    """Outside taskq/nats/internals.py no code reads another object's `_private` attribute
+    inside taskq.nats (its own `self._x` fields are fine)."""
+    offenders = []
+    for path in sorted((ROOT / "taskq" / "nats").glob("*.py")):
+        if path.name == "internals.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+                and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+            ):
+                offenders.append(f"{path.name}:{node.lineno} .{node.attr}")
+    assert offenders == []
+
+
+def test_one_import_name_is_installed() -> None:
+    """pyproject maps workers/ and dlq/ into taskq: the wheel adds only `taskq`."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert {p.split(".")[0] for p in config["packages"]} == {"taskq"}
+    assert config["package-dir"] == {
+        "taskq": "taskq",
+        "taskq.workers": "workers",
+        "taskq.dlq": "dlq",
+    }
+    import taskq.dlq.record
+    import taskq.workers.worker
+
+    assert taskq.workers.worker.__file__ == str(ROOT / "workers" / "worker.py")
+    assert taskq.dlq.record.__file__ == str(ROOT / "dlq" / "record.py")

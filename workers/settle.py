@@ -1,0 +1,116 @@
+"""Settling one judged delivery exactly one way: ack, NAK with a delay, or dead-letter then
+TERM (DESIGN §5). The task's result record (and workflow step) is written first, so a task
+never leaves its queue without its record; the dead letter is written before the TERM, so a
+message is never in neither place."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+
+from taskq.client import Client
+from taskq.dlq.record import ErrorInfo, make_record
+from taskq.dlq.write import publish_record
+from taskq.flow import final_id
+from taskq.policy import Ack, Dead, Decision, Failure, Nak, Outcome, Success
+from taskq.results import store as store_result
+from taskq.retrying import retry_transient
+from taskq.workers.judge import Job
+from taskq.workers.logs import MAY_WAIT
+from taskq.workers.outcomes import result_record
+from taskq.workflows import advance
+
+log = logging.getLogger("taskq.worker")
+
+
+class Settler:
+    """Writes records and settles messages for one worker; counts what it did in `stats`."""
+
+    def __init__(self, client: Client, stats: Counter[str]) -> None:
+        self.client = client
+        self.stats = stats
+
+    async def settle(self, job: Job, decision: Decision, outcome: Outcome | None) -> None:
+        d = job.delivery
+        await self._record(job, decision, outcome)
+        if isinstance(decision, Ack):
+            if job.task is not None and job.task.ack_sync:
+                await retry_transient(lambda: d.ack_sync(), deadline=10.0, what="ack")
+            else:
+                await d.ack()
+            self.stats["succeeded"] += 1
+        elif isinstance(decision, Nak):
+            await d.nak(decision.delay)
+            self.stats["retried"] += 1
+        else:
+            await self._dead_letter(job, decision, outcome)
+            self.stats["dead"] += 1
+            self.stats[f"dead:{decision.reason}"] += 1
+        _log(job, decision, outcome)
+
+    async def _record(self, job: Job, decision: Decision, outcome: Outcome | None) -> None:
+        envelope = job.envelope
+        if envelope is None:
+            return  # undecodable: no task id anyone could wait on
+        record = result_record(
+            job.task, envelope.task, decision, outcome, job.delivery.num_delivered
+        )
+        if record is not None:
+            await store_result(self.client, envelope.id, record)
+        if envelope.flow is None:
+            return
+        final = final_id(envelope.flow, envelope.id)
+        if isinstance(decision, Ack) and isinstance(outcome, Success):
+            await advance(self.client, envelope, outcome.value)  # before the ack
+        elif isinstance(decision, Dead) and record is not None and final:
+            # the workflow fails visibly: its final task reports this member's error
+            await store_result(self.client, final, record)
+
+    async def _dead_letter(self, job: Job, dead: Dead, outcome: Outcome | None) -> None:
+        d = job.delivery
+        error = outcome.error if isinstance(outcome, Failure) else None
+        trace = outcome.traceback if isinstance(outcome, Failure) else ""
+        message = dead.detail if dead.detail and error is None else ""
+        record = make_record(
+            envelope=job.envelope,
+            raw=d.data,
+            reason=dead.reason,
+            error=ErrorInfo.of(
+                error, message=message or (str(error) if error else dead.detail), trace=trace
+            ),
+            attempts=d.num_delivered,
+            queue=job.queue,
+            original_seq=d.seq,
+        )
+        task_name = job.envelope.task if job.envelope else self._subject_task(d.subject)
+        await publish_record(self.client, record, task_name, d.data)
+        await d.term(dead.reason)
+
+    def _subject_task(self, subject: str) -> str:
+        parsed = self.client.names.parse_queue_subject(subject)
+        return parsed[1] if parsed else "_unknown"
+
+
+def _log(job: Job, decision: Decision, outcome: Outcome | None) -> None:
+    """One line per settled task (successes at INFO, buffered; the rest at once)."""
+    if not log.isEnabledFor(logging.INFO if isinstance(decision, Ack) else logging.WARNING):
+        return
+    name = job.envelope.task if job.envelope else "?"
+    tid = job.envelope.id if job.envelope else f"seq {job.delivery.seq}"
+    took = time.monotonic() - job.started if job.started else 0.0
+    attempts = job.task.policy.attempts if job.task else 0
+    head = f"{name}[{tid}] attempt {job.delivery.num_delivered}/{attempts or '?'}"
+    if isinstance(decision, Ack):
+        log.info("succeeded %s in %.3fs", head, took, extra=MAY_WAIT)
+    elif isinstance(decision, Nak):
+        error = outcome.error if isinstance(outcome, Failure) else None
+        log.warning("retry %s in %.1fs: %r", head, decision.delay, error)
+    else:
+        log.error("dead-lettered %s (%s): %s", head, decision.reason, _why(decision, outcome))
+
+
+def _why(decision: Dead, outcome: Outcome | None) -> str:
+    if isinstance(outcome, Failure):
+        return f"{type(outcome.error).__name__}: {outcome.error}"
+    return decision.detail
