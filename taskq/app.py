@@ -49,6 +49,7 @@ class App:
         **settings: Any,
     ) -> None:
         self.settings = Settings.load(url=url, prefix=prefix, **settings)
+        self._names = Names(self.settings.prefix)
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.periodics: dict[str, Periodic] = {}
         self.hooks = Hooks()
@@ -66,7 +67,10 @@ class App:
 
     @property
     def names(self) -> Names:
-        return Names(self.settings.prefix)
+        # cached per prefix: the worker reads it per delivery, and Names validates its prefix
+        if self._names.prefix != self.settings.prefix:
+            self._names = Names(self.settings.prefix)
+        return self._names
 
     @property
     def middleware(self) -> Chain:
