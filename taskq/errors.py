@@ -1,6 +1,6 @@
 """The taskq error tree: every error a user can see derives from `TaskqError`.
 
-NATS client errors never cross the `taskq.jetstream` boundary; they are translated into the
+NATS client errors never cross the `taskq.nats` boundary; they are translated into the
 classes below, which carry the facts a caller needs as attributes.
 """
 

@@ -26,7 +26,6 @@ from taskq.policy import RetryPolicy
 from taskq.portal import Portal
 from taskq.schedules import due_time, publish_delayed
 from taskq.topology.names import check_queue
-from taskq.topology.partitions import Part
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -244,6 +243,3 @@ def _expires_at(expires: float | timedelta | datetime | None) -> str | None:
         return format_time(expires)
     seconds = expires.total_seconds() if isinstance(expires, timedelta) else float(expires)
     return format_time(datetime.now(UTC) + timedelta(seconds=seconds))
-
-
-__all__ = ["CallOptions", "Part", "Signature", "Task", "TaskCall", "TaskSpec"]

@@ -1,6 +1,6 @@
 """The JetStream objects taskq needs, as plain specs (DESIGN §3).
 
-`taskq.jetstream` turns these into server configs; nothing here talks to NATS. Specs are
+`taskq.nats` turns these into server configs; nothing here talks to NATS. Specs are
 complete on purpose: the server's create-or-update falls back to defaults for fields left
 out, so the whole intended config is always sent.
 """
