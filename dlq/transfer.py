@@ -11,11 +11,13 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from taskq.client import Client, ClientSource
 from taskq.dlq.browse import Filters, iter_stored
 from taskq.dlq.record import BlobOriginal, DeadLetter
+from taskq.dlq.setup import ensure_dlq
 from taskq.errors import TaskqError
 
 FORMAT = 1
@@ -49,26 +51,48 @@ async def export_lines(source: ClientSource, filters: Filters | None = None) -> 
         yield json.dumps(line, separators=(",", ":"))
 
 
-def parse_line(number: int, text: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ExportLine:
+    """One checked line of an export file: the DLQ message and its record, decoded once."""
+
+    subject: str
+    headers: dict[str, str]
+    data: bytes
+    record: DeadLetter
+    blob: bytes | None
+
+
+def parse_line(number: int, text: str) -> ExportLine:
     """Line `number` of an import file, checked; ImportFormatError says what is wrong."""
     try:
         line = json.loads(text)
         if not isinstance(line, dict) or line.get("v") != FORMAT:
             raise ValueError(f"not an export line of format {FORMAT}")
-        DeadLetter.model_validate_json(base64.b64decode(line["data_b64"], validate=True))
+        data = base64.b64decode(line["data_b64"], validate=True)
+        record = DeadLetter.model_validate_json(data)
         if not isinstance(line["subject"], str) or not isinstance(line["headers"], dict):
             raise ValueError("subject or headers missing")
+        blob = base64.b64decode(line["blob_b64"]) if "blob_b64" in line else None
     except (ValueError, KeyError, TypeError) as exc:  # pydantic's ValidationError included
         raise ImportFormatError(number, str(exc)) from None
-    return line
+    headers = {str(k): str(v) for k, v in line["headers"].items()}
+    return ExportLine(line["subject"], headers, data, record, blob)
+
+
+def parse_lines(lines: Iterable[str]) -> list[ExportLine]:
+    """Every non-blank line of an import file, checked before anything is published."""
+    return [parse_line(i, t) for i, t in enumerate(lines, 1) if t.strip()]
 
 
 async def import_lines(source: ClientSource, lines: Iterable[str]) -> int:
-    """Publish exported dead letters back into this app's DLQ; returns how many were new."""
-    parsed = [parse_line(i, t) for i, t in enumerate(lines, 1) if t.strip()]
-    client = await source.client()
-    from taskq.dlq.setup import ensure_dlq
+    """Publish exported dead letters back into this app's DLQ; returns how many were new.
+    Every line is checked first: a bad one publishes nothing."""
+    return await import_parsed(source, parse_lines(lines))
 
+
+async def import_parsed(source: ClientSource, parsed: list[ExportLine]) -> int:
+    """`import_lines` for lines already checked with `parse_lines`."""
+    client = await source.client()
     await ensure_dlq(client)
     added = 0
     for line in parsed:
@@ -76,20 +100,17 @@ async def import_lines(source: ClientSource, lines: Iterable[str]) -> int:
     return added
 
 
-async def _import_one(client: Client, line: dict[str, Any]) -> int:
-    """Publish one parsed export line (its blob first); 1 if it was new, 0 if a duplicate."""
-    data = base64.b64decode(line["data_b64"])
-    record = DeadLetter.model_validate_json(data)
-    if "blob_b64" in line and isinstance(record.message, BlobOriginal):
+async def _import_one(client: Client, line: ExportLine) -> int:
+    """Publish one checked export line (its blob first); 1 if it was new, 0 if a duplicate."""
+    if line.blob is not None and isinstance(line.record.message, BlobOriginal):
         await client.connection.blobs.put(
             client.names.blobs_bucket,
-            record.message.blob,
-            base64.b64decode(line["blob_b64"]),
+            line.record.message.blob,
+            line.blob,
             client.settings.replicas,
         )
-    subject = _rebase(line["subject"], client.names.prefix)
-    headers = {str(k): str(v) for k, v in line["headers"].items()}
-    ack = await client.connection.publish(subject, data, headers)
+    subject = _rebase(line.subject, client.names.prefix)
+    ack = await client.connection.publish(subject, line.data, line.headers)
     return 0 if ack.duplicate else 1
 
 

@@ -7,6 +7,7 @@ import inspect
 import threading
 import weakref
 from collections.abc import Callable, Iterable
+from dataclasses import fields
 from datetime import timedelta
 from typing import Any, TypeVar, overload
 
@@ -247,26 +248,24 @@ def _check_executor(
 def _spec(
     name: str, queue: str, executor: str, batch: Batching | None, options: dict[str, Any]
 ) -> TaskSpec:
-    """The TaskSpec for `@app.task` options; ConfigError names an unknown or bad one."""
-    policy_fields = ("max_retries", "backoff", "backoff_max", "jitter", "retry_for", "give_up_on")
-    run_fields = ("ack_wait", "timeout", "ack_sync", "store_result")
-    unknown = set(options) - set(policy_fields) - set(run_fields)
+    """The TaskSpec for `@app.task` options (RetryPolicy's fields and TaskSpec's own, each
+    with the default its dataclass gives); ConfigError names an unknown or bad one."""
+    policy_fields = {f.name for f in fields(RetryPolicy)}
+    run_fields = {f.name for f in fields(TaskSpec)} - {
+        "name",
+        "queue",
+        "policy",
+        "executor",
+        "batch",
+    }
+    unknown = set(options) - policy_fields - run_fields
     if unknown:
         raise ConfigError(f"task {name!r}: unknown option(s) {sorted(unknown)}")
-    policy_options = {k: v for k, v in options.items() if k in policy_fields}
-    if policy_options.get("max_retries", 0) < 0:
+    policy = {k: v for k, v in options.items() if k in policy_fields}
+    if policy.get("max_retries", 0) < 0:
         raise ConfigError(f"task {name!r}: max_retries must be >= 0")
     for key in ("retry_for", "give_up_on"):
-        if key in policy_options:
-            policy_options[key] = tuple(policy_options[key])
-    return TaskSpec(
-        name=name,
-        queue=queue,
-        policy=RetryPolicy(**policy_options),
-        ack_wait=options.get("ack_wait", 30.0),
-        timeout=options.get("timeout"),
-        ack_sync=options.get("ack_sync", False),
-        executor=executor,
-        store_result=options.get("store_result", True),
-        batch=batch,
-    )
+        if key in policy:
+            policy[key] = tuple(policy[key])
+    run = {k: v for k, v in options.items() if k in run_fields}
+    return TaskSpec(name, queue, RetryPolicy(**policy), executor=executor, batch=batch, **run)

@@ -116,6 +116,14 @@ class Client:
         self._laid_out[queue] = partitions
         return partitions
 
+    async def place_message(
+        self, queue: str, msg_id: str, key: str | None = None, fresh: bool = False
+    ) -> Part:
+        """The partition for one message: `key` picks it; without one, the message id does
+        (a message published again lands in the same dedup window), or round robin when the
+        id is `fresh` (never published before)."""
+        return await self.place(queue, key if key is not None else None if fresh else msg_id)
+
     def placed(self, envelope: Envelope, queue: str, part: Part) -> Envelope:
         """`envelope` addressed to `queue` (and partition `part`): `queue` and `subject` set."""
         subject = self.names.queue_subject(queue, envelope.task, part)
@@ -129,15 +137,10 @@ class Client:
         key: str | None = None,
         fresh: bool = False,
     ) -> Published:
-        """Place a ready envelope in `queue` and publish it (workflow steps, requeues).
-
-        On a partitioned queue `key` picks the partition; without one, the message id does
-        (a workflow step or requeue published again lands in the same dedup window), or
-        round robin when the id is `fresh` (never published before).
-        """
+        """Place a ready envelope in `queue` (see `place_message`) and publish it (workflow
+        steps, chord callbacks)."""
         msg_id = msg_id or envelope.id
-        placed_by = key if key is not None else None if fresh else msg_id
-        part = await self.place(queue, placed_by)
+        part = await self.place_message(queue, msg_id, key, fresh)
         return await self.publish_placed(self.placed(envelope, queue, part), msg_id)
 
     async def publish_placed(self, envelope: Envelope, msg_id: str | None = None) -> Published:

@@ -59,13 +59,13 @@ class TaskSpec:
     """How a task runs: its queue, retries, lease and limits (set at declaration)."""
 
     name: str
-    queue: str
-    policy: RetryPolicy
-    ack_wait: float
-    timeout: float | None
-    ack_sync: bool
-    executor: str
-    store_result: bool
+    queue: str = "default"
+    policy: RetryPolicy = field(default_factory=RetryPolicy)
+    ack_wait: float = 30.0
+    timeout: float | None = None
+    ack_sync: bool = False
+    executor: str = "default"
+    store_result: bool = True
     batch: Batching | None = None
 
 
@@ -79,7 +79,6 @@ class Task(Generic[P, R]):
             raise ConfigError(f"task {spec.name!r}: timeout must be > 0 or None")
         self.app = app
         self.fn = fn
-        self.spec = spec
         self.name, self.queue, self.policy = spec.name, spec.queue, spec.policy
         self.ack_wait, self.timeout, self.ack_sync = (
             float(spec.ack_wait),
@@ -153,7 +152,7 @@ class Task(Generic[P, R]):
         """Place `envelope` in `queue`, run the enqueue middleware, publish it (as a schedule
         when `due`). A partition is picked by `key`, else the id (`fresh`: round robin)."""
         client = await self.app.client()
-        part = await client.place(queue, key if key is not None else None if fresh else envelope.id)
+        part = await client.place_message(queue, envelope.id, key, fresh)
         sent: list[Published] = []
 
         async def publish(final: Envelope) -> None:

@@ -261,3 +261,13 @@ async def test_grace_expiry_hands_running_task_back_at_once(app: App) -> None:
     async with running_worker(app) as second:
         # redelivered at once (NAK), not after the 30 s ack_wait
         await wait_until(lambda: second.stats["succeeded"] == 1, timeout=10)
+
+
+def test_an_unknown_task_option_is_a_config_error() -> None:
+    app = App(prefix="p")
+    with pytest.raises(ConfigError, match=r"unknown option\(s\) \['max_retry'\]"):
+        app.task(name="typo", max_retry=3)(lambda: None)
+    with pytest.raises(ConfigError, match="max_retries must be >= 0"):
+        app.task(name="neg", max_retries=-1)(lambda: None)
+    task = app.task(name="ok", ack_wait=5, retry_for=[ValueError])(lambda: None)
+    assert (task.ack_wait, task.policy.retry_for, task.store_result) == (5.0, (ValueError,), True)

@@ -104,7 +104,7 @@ class Judge:
             subject_task=parsed[1] if parsed else None,
             msg_id=d.header(MSG_ID),
             seq=d.seq,
-            headers=d.headers,
+            headers=d.raw_headers,  # read-only use: no copy per delivery
             queue=queue,
             subject=d.subject,
         )

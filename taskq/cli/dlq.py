@@ -259,14 +259,11 @@ def export(
 @pass_ctx
 def import_(ctx: Context, source: Any) -> None:
     """Load dead letters exported with `taskq dlq export` into this DLQ."""
-    from taskq.dlq.transfer import ImportFormatError, import_lines, parse_line
+    from taskq.dlq.transfer import ImportFormatError, import_parsed, parse_lines
 
-    lines = source.read().splitlines()
-    try:
-        for number, text in enumerate(lines, 1):  # a bad file is a usage error, server or not
-            if text.strip():
-                parse_line(number, text)
-        count = ctx.run(lambda client: import_lines(client, lines))
+    try:  # checked before connecting: a bad file is a usage error, server or not
+        parsed = parse_lines(source.read().splitlines())
     except ImportFormatError as exc:
         raise click.BadParameter(str(exc), param_hint="FILE") from None
+    count = ctx.run(lambda client: import_parsed(client, parsed))
     click.echo(f"imported {count} dead letter(s)")

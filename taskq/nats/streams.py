@@ -98,10 +98,6 @@ class Streams:
         with self._guard:
             await self._js.delete_stream(stream)
 
-    async def delete_consumer(self, stream: str, name: str) -> None:
-        with self._guard:
-            await self._js.delete_consumer(stream, name)
-
     async def _info(self, stream: str, subjects_filter: str | None = None) -> api.StreamInfo:
         with self._guard:
             return await self._js.stream_info(stream, subjects_filter=subjects_filter)
