@@ -23,6 +23,7 @@ log = logging.getLogger("taskq.worker")
 async def serve(
     app: App, queues: list[str] | None, *, concurrency: int = 16, grace: float = 30.0
 ) -> None:
+    """Run a Worker of `app` until a signal; the caller owns (and closes) the connection."""
     configure_from_env()  # OpenTelemetry SDK, only if OTEL_* asks for it
     worker = Worker(app, queues, concurrency=concurrency, grace=grace)
     loop = asyncio.get_running_loop()
@@ -50,7 +51,6 @@ async def serve(
     finally:
         if flusher is not None:
             flusher.cancel()
-        await app.aclose()
         if handler is not None:
             handler.flush_now()
 
