@@ -9,8 +9,6 @@ record is read: the decoded envelope (`EnvelopeOriginal`), the undecodable bytes
 from __future__ import annotations
 
 import base64
-import os
-import socket
 import traceback as tb
 from typing import Annotated, Any
 
@@ -26,6 +24,7 @@ from pydantic import (
 
 from taskq.envelope import Envelope, now_iso
 from taskq.policy import DeadReason
+from taskq.registry import worker_name
 
 REASONS: tuple[str, ...] = (
     "exhausted",
@@ -166,11 +165,6 @@ class DeadLetter(BaseModel):
     def body(self) -> bytes:
         """The record as the DLQ message body."""
         return self.model_dump_json(exclude={"seq"}).encode()
-
-
-def worker_name() -> str:
-    """This process, as named in the records it writes."""
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def message_of(envelope: Envelope | None, raw: bytes) -> EnvelopeOriginal | RawOriginal:

@@ -2,4 +2,5 @@
 
 from taskq.cli.main import main
 
-main()
+if __name__ == "__main__":  # not when a pool process re-imports the main module
+    main()

@@ -8,9 +8,10 @@ import threading
 import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import fields
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
 
+from taskq import queue_control
 from taskq.batching import Batching
 from taskq.client import Client
 from taskq.errors import ConfigError
@@ -19,6 +20,7 @@ from taskq.hooks import Hook, Hooks
 from taskq.middleware import Chain
 from taskq.policy import RetryPolicy
 from taskq.portal import Portal
+from taskq.queue_control import QueuePause
 from taskq.schedules import Periodic, expression
 from taskq.settings import Settings
 from taskq.task import Task, TaskSpec
@@ -30,7 +32,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 H = TypeVar("H", bound=Hook)
 
 # "thread" and "process" are refused until they run as such (the process pool is its own work)
-EXECUTORS = ("default", "spark")
+EXECUTORS = ("default", "process", "spark")
 
 
 class App:
@@ -81,15 +83,32 @@ class App:
         """Add a middleware, innermost of those added so far."""
         self._middleware.add(middleware)
 
-    def on_worker_start(self, hook: H) -> H:
-        """Decorator: run `hook()` once per worker process before it takes any task."""
-        self.hooks.start.append(hook)
-        return hook
+    @overload
+    def on_worker_start(self, hook: H, *, children: bool = True) -> H: ...
+    @overload
+    def on_worker_start(self, *, children: bool = True) -> Callable[[H], H]: ...
+    def on_worker_start(self, hook: Any = None, *, children: bool = True) -> Any:
+        """Decorator: run `hook()` once per worker process before it takes any task, and
+        once in each pool process of `executor="process"` tasks unless `children=False`."""
+        return self._hook(self.hooks.start, hook, children)
 
-    def on_worker_stop(self, hook: H) -> H:
-        """Decorator: run `hook()` once per worker process after its last task settled."""
-        self.hooks.stop.append(hook)
-        return hook
+    @overload
+    def on_worker_stop(self, hook: H, *, children: bool = True) -> H: ...
+    @overload
+    def on_worker_stop(self, *, children: bool = True) -> Callable[[H], H]: ...
+    def on_worker_stop(self, hook: Any = None, *, children: bool = True) -> Any:
+        """Decorator: run `hook()` once per worker process after its last task settled,
+        and when a pool process stops gracefully unless `children=False`."""
+        return self._hook(self.hooks.stop, hook, children)
+
+    def _hook(self, hooks: list[Hook], hook: Any, children: bool) -> Any:
+        def register(fn: H) -> H:
+            hooks.append(fn)
+            if not children:
+                self.hooks.worker_only.append(fn)
+            return fn
+
+        return register if hook is None else register(hook)
 
     def configure(self, **changes: Any) -> None:
         """Change settings (e.g. from CLI flags) before connecting."""
@@ -189,6 +208,22 @@ class App:
         """Queues that registered tasks use, in declaration order."""
         return list(dict.fromkeys(t.queue for t in self.tasks.values()))
 
+    # -- operating queues (every partition at once; see taskq.queue_control) ---------------
+    async def pause_queue(
+        self, queue: str, for_: float | timedelta | None = None, until: datetime | None = None
+    ) -> QueuePause:
+        """Stop workers receiving `queue`'s tasks for `for_` (seconds or timedelta), until
+        `until`, or until `resume_queue`. Running tasks finish; enqueueing keeps working."""
+        return await queue_control.pause_queue(self, queue, for_=for_, until=until)
+
+    async def resume_queue(self, queue: str) -> QueuePause:
+        """Let workers receive `queue`'s tasks again."""
+        return await queue_control.resume_queue(self, queue)
+
+    async def purge_queue(self, queue: str, task: str | None = None) -> int:
+        """Remove the tasks `queue` holds (only `task`'s, if given); returns how many."""
+        return await queue_control.purge_queue(self, queue, task)
+
     # -- connection ------------------------------------------------------------------------
     @property
     def portal(self) -> Portal:
@@ -234,7 +269,7 @@ def _check_executor(
     if executor not in EXECUTORS:
         raise ConfigError(
             f"task {name!r}: executor must be one of {EXECUTORS} "
-            "(plain `def` tasks already run in threads)"
+            "(plain `def` tasks run in threads with the default)"
         )
     if executor == "spark":
         if batch is not None:
@@ -243,6 +278,12 @@ def _check_executor(
             raise ConfigError(f"task {name!r}: a Spark task's function must be a plain def")
     elif batch is not None:
         raise ConfigError(f"task {name!r}: batch tasks run on the spark executor only")
+    if executor == "process" and "<locals>" in getattr(fn, "__qualname__", "<locals>"):
+        # a pool process finds the function by importing its module, as pickle would
+        raise ConfigError(
+            f"task {name!r}: a process task must be defined at module level "
+            "(pool processes import it by module and name)"
+        )
 
 
 def _spec(

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any, get_type_hints
 
 from pydantic import ConfigDict, ValidationError, create_model
+from pydantic_core import PydanticSerializationError
 
 from taskq.errors import ArgumentsError
 
@@ -35,7 +36,7 @@ class ArgsValidator:
         self.task = name
         signature = inspect.signature(fn)
         try:
-            hints = get_type_hints(fn)
+            hints = get_type_hints(fn, include_extras=True)  # keep Annotated constraints
         except Exception:  # unresolvable forward refs: validate loosely rather than fail
             hints = {}
         params = list(signature.parameters.values())[skip_first:]
@@ -70,6 +71,12 @@ class ArgsValidator:
         self._json_native = all(
             hints.get(p.name, Any) in _JSON_SCALARS and p.default in _JSON_DEFAULTS for p in params
         )
+
+    def _dumped(self, model: Any) -> dict[str, Any]:
+        try:
+            return dict(model.model_dump(mode="json"))
+        except PydanticSerializationError as exc:  # validated, yet with no JSON form
+            raise ArgumentsError(self.task, f"cannot be sent as JSON: {exc}") from None
 
     def _bind(
         self, args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]
@@ -136,7 +143,7 @@ class ArgsValidator:
     ) -> tuple[list[Any], dict[str, Any]]:
         """Validated JSON-ready values, in the caller's positional/keyword shape."""
         given, model = self._bind(args, kwargs)
-        dumped = model.__dict__ if self._json_native else model.model_dump(mode="json")
+        dumped = model.__dict__ if self._json_native else self._dumped(model)
         if self._simple:
             names = list(given)
             values = [dumped[self._alias[name]] for name in names]

@@ -9,7 +9,7 @@ between concurrent tasks.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar, Token
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -17,15 +17,28 @@ from typing import Any
 from taskq.envelope import Envelope, parse_time
 from taskq.errors import NoTaskContext
 from taskq.policy import RetryPolicy
+from taskq.progress import checked
 
 _CURRENT: ContextVar[TaskContext | None] = ContextVar("taskq_current", default=None)
+# where `progress()` goes: the worker's writer (or, in a pool process, the pipe to it)
+Reporter = Callable[["TaskContext", float | dict[str, Any], str | None], None]
 _LOG = logging.getLogger("taskq.task")
 
 
 class TaskContext:
     """One attempt of one task, as the running code sees it."""
 
-    __slots__ = ("_logger", "attempt", "envelope", "policy", "queue", "started", "timeout")
+    __slots__ = (
+        "_logger",
+        "attempt",
+        "cancelled",
+        "envelope",
+        "policy",
+        "queue",
+        "reporter",
+        "started",
+        "timeout",
+    )
 
     def __init__(
         self,
@@ -42,7 +55,18 @@ class TaskContext:
         self.policy = policy
         self.timeout = timeout
         self.started = started  # wall-clock seconds (time.time()) when the attempt began
+        # True once a cancel was asked for: code that cannot be interrupted (a `def` task in
+        # a thread) checks it and returns early; the attempt is settled as cancelled
+        self.cancelled = False
+        self.reporter: Reporter | None = None
         self._logger: logging.LoggerAdapter[logging.Logger] | None = None
+
+    def progress(self, value: float | dict[str, Any], message: str | None = None) -> None:
+        """Report progress: a number from 0 to 1 or a JSON-able dict, and a message. Cheap
+        in a tight loop: the worker stores at most a few updates per second, and the last."""
+        value, message = checked(value, message)
+        if self.reporter is not None:
+            self.reporter(self, value, message)
 
     @property
     def id(self) -> str:

@@ -6,6 +6,7 @@ classes below, which carry the facts a caller needs as attributes.
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 
@@ -144,13 +145,60 @@ class SparkUnavailable(TaskqError):
 
 
 class RemoteItemError(TaskqError):
-    """An item of a Spark batch task failed on an executor with an error that could not be
-    brought back to the worker as itself (unpicklable, or its class not importable here)."""
+    """A task failed far from the worker (an item on a Spark executor, a function in a pool
+    process) with an error that could not be brought back as itself (unpicklable, or its
+    class not importable here)."""
 
     def __init__(self, type_name: str, message: str) -> None:
         self.type_name = type_name
         self.message = message
         super().__init__(f"{type_name}: {message}")
+
+
+class ProcessCrashed(TaskqError):
+    """The pool process running an `executor="process"` task died before answering (a
+    segfault, `os._exit`, an OOM kill). Retried by the task's policy whatever its
+    `retry_for`; dead-lettered as `crashed` when the attempts run out."""
+
+    def __init__(self, task: str, pid: int | None, exitcode: int | None) -> None:
+        self.task = task
+        self.pid = pid
+        self.exitcode = exitcode
+        super().__init__(f"task {task!r}: its pool process (pid {pid}) {ended(exitcode)}")
+
+
+def ended(exitcode: int | None) -> str:
+    """How a process ended, from its exit code (negative: the signal that killed it):
+    `exited with status 1`, `exited with signal SIGKILL`."""
+    if exitcode is None:
+        return "stopped answering"
+    if exitcode >= 0:
+        return f"exited with status {exitcode}"
+    try:
+        return f"exited with signal {signal.Signals(-exitcode).name}"
+    except ValueError:
+        return f"exited with signal {-exitcode}"
+
+
+class Unpicklable(TaskqError, TypeError):
+    """An `executor="process"` task's arguments or result (`what`) cannot cross to or from
+    its pool process. Permanent: another attempt would fail the same way."""
+
+    def __init__(self, task: str, what: str, detail: str) -> None:
+        self.task = task
+        self.what = what
+        self.detail = detail
+        super().__init__(f"task {task!r}: its {what} cannot be pickled: {detail}")
+
+
+class TaskCancelled(TaskqError):
+    """The task was cancelled (`handle.cancel()`, `taskq cancel`): it will not run, or it
+    was stopped while running. Raised by `handle.result()`; inside a worker it is the outcome
+    that settles the message as cancelled (acknowledged, not retried, not dead-lettered)."""
+
+    def __init__(self, task_id: str) -> None:
+        self.task_id = task_id
+        super().__init__(f"task {task_id} was cancelled")
 
 
 class TaskFailed(TaskqError):
@@ -204,3 +252,12 @@ class HookError(TaskqError):
         self.hook = hook
         self.error = error
         super().__init__(f"worker {stage} hook {hook} failed: {type(error).__name__}: {error}")
+
+
+class UnknownQueue(NotFound):
+    """No stream of queue `queue` exists on the server (a typo, another prefix, or a queue
+    nothing was ever enqueued to)."""
+
+    def __init__(self, queue: str) -> None:
+        self.queue = queue
+        super().__init__(f"no queue {queue!r} on the server")

@@ -1,12 +1,15 @@
-"""Handles to enqueued tasks: ids, and waiting for results."""
+"""Handles to enqueued tasks: ids, waiting for results, progress, cancelling."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from taskq.cancels import CancelReport, cancel
 from taskq.client import ClientSource, Published
-from taskq.results import fetch, wait
+from taskq.progress import Progress, latest, watch
+from taskq.results import ResultRecord, fetch, wait
 
 if TYPE_CHECKING:
     from taskq.portal import Portal
@@ -57,6 +60,29 @@ class TaskHandle:
         return self._app().portal.run(self.result(timeout))
 
     async def status(self) -> str:
-        """`queued` (no record yet), `failed` (retrying), `succeeded` or `dead`."""
+        """`queued` (no record yet), `failed` (retrying), `succeeded`, `dead` or
+        `cancelled`."""
         record = await fetch(self._app(), self.id)
         return record.state if record else "queued"
+
+    async def cancel(self) -> CancelReport:
+        """Cancel the task: one not started never runs; a running one is stopped (see
+        `taskq.cancels`). The report says what was found: `cancelled`, `cancelling`
+        (running: its worker stops it), `finished` (too late) or `unknown`."""
+        return await cancel(self._app(), self.id)
+
+    def cancel_sync(self) -> CancelReport:
+        """`cancel()` for synchronous code."""
+        return self._app().portal.run(self.cancel())
+
+    async def progress(self) -> Progress | None:
+        """The latest progress the task reported (None: none yet)."""
+        return await latest(self._app(), self.id)
+
+    async def watch(self) -> AsyncIterator[Progress]:
+        """Progress reports as they come, until the task ends (then the iteration stops;
+        `result()` tells how it ended)."""
+        async for item in watch(self._app(), self.id):
+            if isinstance(item, ResultRecord):
+                return
+            yield item

@@ -11,7 +11,14 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from taskq.errors import ArgumentsError, Reject, Retry
+from taskq.errors import (
+    ArgumentsError,
+    ProcessCrashed,
+    Reject,
+    Retry,
+    TaskCancelled,
+    Unpicklable,
+)
 
 DeadReason = Literal["exhausted", "permanent", "undecodable", "unknown_task", "expired", "crashed"]
 
@@ -73,7 +80,12 @@ class Dead:
     detail: str = field(default="")
 
 
-Decision = Ack | Nak | Dead
+@dataclass(frozen=True)
+class Cancel:
+    """Cancelled on request: record it, then remove the message (no retry, no dead letter)."""
+
+
+Decision = Ack | Nak | Dead | Cancel
 
 
 def decide(policy: RetryPolicy, attempt: int, outcome: Outcome) -> Decision:
@@ -81,15 +93,9 @@ def decide(policy: RetryPolicy, attempt: int, outcome: Outcome) -> Decision:
     if isinstance(outcome, Success):
         return Ack()
     error = outcome.error
-    if isinstance(error, Reject | ArgumentsError):
-        return Dead("permanent", str(error))
-    if isinstance(error, Retry):
-        if attempt >= policy.attempts:
-            return Dead(
-                "exhausted", f"retry requested after the last of {policy.attempts} attempts"
-            )
-        delay = error.delay if error.delay is not None else policy.delay(attempt)
-        return Nak(max(0.0, delay))
+    steered = _steered(policy, attempt, error)
+    if steered is not None:
+        return steered
     if policy.give_up_on and isinstance(error, policy.give_up_on):
         return Dead("permanent", f"{type(error).__name__} is in give_up_on")
     if not isinstance(error, policy.retry_for):
@@ -97,3 +103,25 @@ def decide(policy: RetryPolicy, attempt: int, outcome: Outcome) -> Decision:
     if attempt >= policy.attempts:
         return Dead("exhausted", f"failed all {policy.attempts} attempts")
     return Nak(policy.delay(attempt))
+
+
+def _steered(policy: RetryPolicy, attempt: int, error: BaseException) -> Decision | None:
+    """The verdict for errors that decide for themselves, whatever the exception filters:
+    a cancel, a permanent failure, a crashed pool process, an explicit Retry."""
+    if isinstance(error, TaskCancelled):
+        return Cancel()
+    if isinstance(error, Reject | ArgumentsError | Unpicklable):
+        return Dead("permanent", str(error))
+    last = attempt >= policy.attempts
+    if isinstance(error, ProcessCrashed):  # like a worker dying: retried whatever retry_for
+        if last:
+            return Dead("crashed", f"{error}, on the last of {policy.attempts} attempt(s)")
+        return Nak(policy.delay(attempt))
+    if isinstance(error, Retry):
+        if last:
+            return Dead(
+                "exhausted", f"retry requested after the last of {policy.attempts} attempts"
+            )
+        delay = error.delay if error.delay is not None else policy.delay(attempt)
+        return Nak(max(0.0, delay))
+    return None

@@ -7,10 +7,13 @@ import contextlib
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from typing import Any
 
 from taskq.client import Client, ClientSource
+from taskq.envelope import format_time
 from taskq.errors import NotFound
+from taskq.queue_control import FOREVER, ends
 from taskq.topology.partitions import Part, parts_on_server, queues_on_server
 
 
@@ -27,8 +30,11 @@ class QueueStats:
     per_task: dict[str, int] = field(default_factory=dict)  # waiting + in flight, by task
     enqueued_per_s: float = 0.0
     settled_per_s: float = 0.0
+    paused: bool = False  # workers receive nothing new (`taskq queues pause`)
+    paused_until: str | None = None  # when the pause ends by itself (None: until resumed)
     _last_seq: int = 0
     _messages: int = 0
+    _pause_end: datetime | None = None  # FOREVER for a pause until resumed
 
     def public(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if not k.startswith("_")}
@@ -46,6 +52,8 @@ async def queue_stats(
         with contextlib.suppress(NotFound):  # a stream removed meanwhile counts as empty
             _add(total, await _stream_stats(client, queue, part))
     total.partitions = max(1, len(parts))
+    end = ends(total._pause_end)
+    total.paused_until = None if end is None else format_time(end)
     total.per_task = dict(sorted(total.per_task.items()))
     return total
 
@@ -58,8 +66,10 @@ async def _stream_stats(client: Client, queue: str, part: Part) -> QueueStats:
         consumer = await streams.consumer_state(stream, names.consumer(queue))
         pending, ack_pending = consumer.pending, consumer.ack_pending
         redelivered, pulls = consumer.redelivered, consumer.waiting
+        pause_end = (consumer.pause_until or FOREVER) if consumer.paused else None
     except NotFound:  # no worker has ever run: everything stored is waiting
         pending, ack_pending, redelivered, pulls = state.messages, 0, 0, 0
+        pause_end = None
     per_task: Counter[str] = Counter()
     for subject, count in state.subjects.items():
         parsed = names.parse_queue_subject(subject)
@@ -74,8 +84,10 @@ async def _stream_stats(client: Client, queue: str, part: Part) -> QueueStats:
         state.consumers,
         0,
         per_task=dict(per_task),
+        paused=pause_end is not None,
         _last_seq=state.last_seq,
         _messages=state.messages,
+        _pause_end=pause_end,
     )
 
 
@@ -90,6 +102,9 @@ def _add(total: QueueStats, part: QueueStats) -> None:
     total._messages += part._messages
     for task, count in part.per_task.items():
         total.per_task[task] = total.per_task.get(task, 0) + count
+    if part._pause_end is not None:  # partitions pause together: show the latest end
+        total.paused = True
+        total._pause_end = max(total._pause_end or part._pause_end, part._pause_end)
 
 
 async def _dead(client: Client, queue: str) -> int:

@@ -5,15 +5,18 @@ missing for a task that left its queue. Waiting watches the key's subject (a cor
 subscription opened before the first read); a write racing that subscription is caught by
 re-reading on a backoff (50 ms doubling to 2 s) only while no update arrives.
 States: `queued` (no record yet), `failed` (an attempt failed, a retry is coming),
-`succeeded`, `dead` (dead-lettered: final).
+`succeeded`, `dead` (dead-lettered), `cancelled` (final, all three). The bucket keeps a
+retried task's earlier records as history: they are its attempts.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import re
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -21,11 +24,11 @@ from pydantic_core import to_json
 
 from taskq.client import Client, ClientSource
 from taskq.envelope import now_iso
-from taskq.errors import ResultTimeout, TaskFailed
+from taskq.errors import ResultTimeout, TaskCancelled, TaskFailed
 from taskq.retrying import retry_transient
 from taskq.topology.specs import results_bucket
 
-FINAL = ("succeeded", "dead")
+FINAL = ("succeeded", "dead", "cancelled")
 _KEY_OK = re.compile(r"^[-/_=.a-zA-Z0-9]+$")
 
 
@@ -41,8 +44,18 @@ class ResultRecord(BaseModel):
     reason: str = ""
     attempts: int = 0
     updated_at: str = ""
+    # the attempt that wrote it, and the task's call (a task's story outlives its message)
+    queue: str = ""
+    worker: str = ""
+    started_at: str | None = None
+    args: list[Any] | None = None
+    kwargs: dict[str, Any] | None = None
+    enqueued_at: str | None = None
+    workflow: str | None = None  # the id of the workflow's final task, for a member
 
     def raise_if_failed(self, task_id: str) -> None:
+        if self.state == "cancelled":
+            raise TaskCancelled(task_id)
         if self.state == "dead":
             error = self.error or {}
             raise TaskFailed(
@@ -91,15 +104,23 @@ async def wait(source: ClientSource, task_id: str, timeout: float | None) -> Res
     """The task's final record (succeeded or dead), waiting up to `timeout` seconds."""
     client = await source.client()
     await ensure_results(client)
+    key = key_for(task_id)
+    async with key_updates(client, client.names.results_bucket, key) as updates:
+        return await _final(client, key, task_id, updates, timeout)
+
+
+@contextlib.asynccontextmanager
+async def key_updates(client: Client, bucket: str, key: str) -> AsyncIterator[asyncio.Queue[bytes]]:
+    """The values written to `key` from now on, as they come (a core subscription, open
+    before the caller's first read so no write is missed)."""
     updates: asyncio.Queue[bytes] = asyncio.Queue()
 
     async def on_update(_subject: str, data: bytes) -> None:
         await updates.put(data)
 
-    key = key_for(task_id)
-    stop = await client.connection.kv.watch(client.names.results_bucket, key, on_update)
+    stop = await client.connection.kv.watch(bucket, key, on_update)
     try:
-        return await _final(client, key, task_id, updates, timeout)
+        yield updates
     finally:
         await stop()
 

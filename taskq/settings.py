@@ -30,6 +30,7 @@ ENV_FIELDS: dict[str, str] = {
     "TASKQ_TLS_CERT": "tls_cert",
     "TASKQ_TLS_KEY": "tls_key",
     "TASKQ_REPLICAS": "replicas",
+    "TASKQ_HEARTBEAT": "heartbeat",
     "TASKQ_SPARK_MASTER": "spark_master",
     "TASKQ_SPARK_CONF": "spark_conf",
 }
@@ -57,6 +58,8 @@ class Settings(BaseModel):
     duplicate_window: float = Field(default=120.0, gt=0)
     dlq_max_age: float = Field(default=30 * 86400.0, gt=0)
     results_ttl: float = Field(default=86400.0, gt=0)
+    # seconds between worker heartbeats (`taskq workers`); a silent worker is gone after 3
+    heartbeat: float = Field(default=5.0, gt=0)
     # consumer backstop: the server stops redelivering after this many deliveries
     max_deliver_floor: int = Field(default=20, ge=2)
     # an explicit backstop replaces the computed one (the sweeper dead-letters what hits it)

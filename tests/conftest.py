@@ -180,3 +180,17 @@ def worker_process(nats_url: str, prefix: str) -> Iterator[Callable[..., WorkerP
     yield start
     for proc in started:
         proc.close()
+
+
+@pytest.fixture
+async def cpu_app(
+    nats_url: str, prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[App]:
+    """`tests.apps.cpu` (process-pool tasks, which must live in a module) on this test's
+    server and prefix; its tasks note what they did in `tmp_path / "ledger"`."""
+    from tests.apps import cpu
+
+    monkeypatch.setenv("TASKQ_TEST_LEDGER", str(tmp_path / "ledger"))
+    cpu.app.configure(url=nats_url, prefix=prefix)
+    yield cpu.app
+    await cpu.app.aclose()

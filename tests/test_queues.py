@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 from taskq import App, Reject
@@ -55,3 +56,18 @@ async def test_queues_throughput_over_an_interval(app: App) -> None:
         stats = await snapshot(app, ["default"], 0.5)
         await producing
     assert stats[0].enqueued_per_s > 0 and stats[0].settled_per_s > 0
+
+
+async def test_the_stream_listing_reads_every_page(app: App) -> None:
+    """The server lists 256 streams per page: an account with more is read page by page
+    (queues, schedules and task lookups all start from this listing)."""
+    from taskq.topology.specs import queue_stream
+
+    connection = (await app.client()).connection
+    names = [queue_stream(app.names, app.settings, f"page{i}") for i in range(260)]
+    await asyncio.gather(*(connection.streams.ensure(spec) for spec in names))
+    try:
+        listed = await connection.streams.listing()
+        assert {spec.name for spec in names} <= set(listed)
+    finally:
+        await asyncio.gather(*(connection.streams.delete(spec.name) for spec in names))

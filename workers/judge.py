@@ -1,11 +1,13 @@
 """Judging one delivery: decode it, find its task, check it may run, run it, decide.
 
 The verdict comes from `taskq.policy.decide` alone; deliveries that cannot run (undecodable,
-unknown task, crash-looped, expired, bad arguments) are judged dead without running.
+unknown task, crash-looped, expired, bad arguments) are judged dead without running, and
+cancelled ones are judged cancelled without running.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
@@ -13,14 +15,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from taskq.app import App
-from taskq.context import TaskContext
+from taskq.context import Reporter, TaskContext
 from taskq.envelope import MSG_ID, Envelope, decode
-from taskq.errors import ArgumentsError, DecodeError, UnknownTaskError
+from taskq.errors import ArgumentsError, DecodeError, TaskCancelled, UnknownTaskError
 from taskq.nats import Delivery
-from taskq.policy import Dead, Decision, Failure, Outcome, decide
+from taskq.policy import Cancel, Dead, Decision, Failure, Outcome, decide
+from taskq.results import key_for
 from taskq.task import Task
+from taskq.workers.cancel_watch import CancelWatch
 from taskq.workers.execute import call_function, run_attempt, unwrap
 from taskq.workers.lease import Leases
+from taskq.workers.pool import ProcessPool
 from taskq.workers.setup import QueueSetup
 from taskq.workers.spark_jobs import LendSlot, SparkExecutor
 
@@ -34,23 +39,36 @@ class Job:
     envelope: Envelope | None = None
     task: Task[Any, Any] | None = None
     started: float = 0.0
+    context: TaskContext | None = None
+    running: asyncio.Task[Any] | None = None  # set while the attempt runs: what a cancel stops
+    cancel_requested: bool = False
 
     @property
     def queue(self) -> str:
         return self.setup.queue
 
 
-class Judge:
-    """Turns a delivery into a verdict, running the task when it may run."""
+@dataclass
+class Runners:
+    """Where attempts run besides the event loop: threads, Spark, the process pool."""
 
-    def __init__(
-        self, app: App, threads: Executor, leases: Leases, spark: SparkExecutor, lend: LendSlot
-    ) -> None:
+    threads: Executor
+    spark: SparkExecutor
+    lend: LendSlot
+    pool: ProcessPool | None = None
+
+
+class Judge:
+    """Turns a delivery into a verdict, running the task when it may run. `running` holds
+    the jobs whose attempt is under way, by result key (for cancels and heartbeats)."""
+
+    def __init__(self, app: App, runners: Runners, leases: Leases) -> None:
         self.app = app
-        self._threads = threads
+        self._runners = runners
         self._leases = leases
-        self._spark = spark
-        self._lend = lend
+        self.cancels: CancelWatch | None = None
+        self.reporter: Reporter | None = None
+        self.running: dict[str, Job] = {}
 
     async def judge(self, job: Job) -> tuple[Decision, Outcome | None]:
         """Decode, look up, check, run: the verdict for this delivery."""
@@ -59,6 +77,9 @@ class Judge:
             job.envelope = self._decode(d, job.queue)
         except DecodeError as exc:
             return Dead("undecodable", exc.reason), Failure(exc)
+        if self.cancels is not None and self.cancels.requested(job.envelope.id):
+            job.task = self.app.tasks.get(job.envelope.task)
+            return Cancel(), Failure(TaskCancelled(job.envelope.id))
         task = self.app.tasks.get(job.envelope.task)
         if task is None:
             return Dead("unknown_task"), Failure(UnknownTaskError(job.envelope.task))
@@ -80,22 +101,60 @@ class Judge:
         assert job.envelope is not None
         job.started = time.monotonic()
         d = job.delivery
-        ctx = TaskContext(
+        ctx = job.context = TaskContext(
             job.envelope, job.queue, d.num_delivered, task.policy, task.timeout, time.time()
         )
-        with self._leases.hold(d, job.setup.ack_wait):
-            return await run_attempt(ctx, self.app.middleware, self._call(task, args, kwargs, ctx))
+        ctx.reporter = self.reporter
+        key = key_for(job.envelope.id)
+        self.running[key] = job
+        job.running = asyncio.current_task()
+        try:
+            with self._leases.hold(d, job.setup.ack_wait):
+                outcome = await run_attempt(
+                    ctx, self.app.middleware, self._call(task, args, kwargs, ctx)
+                )
+        except asyncio.CancelledError:
+            if not job.cancel_requested:
+                raise  # shutdown past grace: the worker hands the message back
+            if job.running is not None:
+                job.running.uncancel()
+            outcome = Failure(TaskCancelled(job.envelope.id))
+        finally:
+            job.running = None
+            self.running.pop(key, None)
+        if job.cancel_requested:  # code that could not be interrupted ended on its own
+            return Failure(TaskCancelled(job.envelope.id))
+        return outcome
 
     def _call(
         self, task: Task[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any], ctx: TaskContext
     ) -> Callable[[], Awaitable[Any]]:
+        pool = self._runners.pool
+        if task.executor == "process" and pool is not None:
+            return lambda: pool.run(task, args, kwargs, ctx)
         if task.executor != "spark":
-            return lambda: call_function(task, args, kwargs, self._threads)
+            return lambda: call_function(task, args, kwargs, self._runners.threads)
 
         async def on_spark() -> Any:
-            return unwrap(await self._spark.run(task, args, kwargs, ctx.id, self._lend))
+            outcome = await self._runners.spark.run(task, args, kwargs, ctx.id, self._runners.lend)
+            return unwrap(outcome)
 
         return on_spark
+
+    def cancel(self, key: str) -> None:
+        """Stop the running attempt of the task with result key `key`, if any: interrupt
+        it where that is possible (async, process pool), else flag it (threads, Spark)."""
+        job = self.running.get(key)
+        if job is None:
+            return
+        job.cancel_requested = True
+        if job.context is not None:
+            job.context.cancelled = True
+        interruptible = job.task is not None and (
+            job.task.is_async or job.task.executor == "process"
+        )
+        if interruptible and job.running is not None:
+            job.running.cancel()
 
     def _decode(self, d: Delivery, queue: str) -> Envelope:
         parsed = self.app.names.parse_queue_subject(d.subject)

@@ -17,6 +17,8 @@ import time
 from typing import TextIO
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# under `taskq worker -p N` the processes share one stderr: the pid says which one wrote
+FORMAT_IN_PROCESS = "%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s"
 BUFFERED = "taskq_buffered"  # LogRecord attribute: this line may wait for the next flush
 MAY_WAIT = {BUFFERED: True}  # `extra=` for such lines
 
@@ -87,10 +89,10 @@ def buffered_stderr() -> TextIO:
     )
 
 
-def install(level: int = logging.INFO) -> BufferedStreamHandler:
+def install(level: int = logging.INFO, fmt: str = FORMAT) -> BufferedStreamHandler:
     """Route the `taskq` logger to a buffered stderr handler at `level`."""
     handler = BufferedStreamHandler(buffered_stderr())
-    handler.setFormatter(CachedTimeFormatter(FORMAT))
+    handler.setFormatter(CachedTimeFormatter(fmt))
     logger = logging.getLogger("taskq")
     logger.handlers = [handler]
     logger.setLevel(level)

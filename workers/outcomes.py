@@ -5,38 +5,64 @@ from __future__ import annotations
 import traceback
 from typing import Any
 
-from taskq.policy import Ack, Dead, Decision, Failure, Nak, Outcome, Success
+from taskq.flow import final_id
+from taskq.policy import Ack, Cancel, Dead, Decision, Failure, Nak, Outcome, Success
+from taskq.registry import stamp, worker_name
 from taskq.results import ResultRecord
-from taskq.task import Task
+from taskq.workers.judge import Job
+
+_WORKER = worker_name()
+# A record repeats the call's arguments only when its message is small: a big call would make
+# every record as big (or too big to store); its DLQ record keeps the whole original anyway.
+CALL_KEPT = 8 * 1024
 
 
-def result_record(
-    task: Task[Any, Any] | None,
-    name: str,
-    decision: Decision,
-    outcome: Outcome | None,
-    attempts: int,
-) -> ResultRecord | None:
+def result_record(job: Job, decision: Decision, outcome: Outcome | None) -> ResultRecord | None:
     """The record for this verdict, or None when nothing is to be stored.
 
     A success stores its return value (JSON) unless the task opted out with
-    `store_result=False`; failures are always stored, so waiters learn the end.
+    `store_result=False`; failures and cancels are always stored, so waiters learn the end.
+    Each record also says which attempt on which worker wrote it, and the call itself:
+    the task's story outlives its message.
     """
+    task = job.task
+    if isinstance(decision, Ack) and task is not None and not task.store_result:
+        return None
+    # built by us from trusted values: no validation on the hot path
+    return ResultRecord.model_construct(**_call(job), **_verdict(decision, outcome))
+
+
+def _verdict(decision: Decision, outcome: Outcome | None) -> dict[str, Any]:
     if isinstance(decision, Ack):
-        if task is not None and not task.store_result:
-            return None
-        value = outcome.value if isinstance(outcome, Success) else None
-        # built by us from trusted values: no validation on the hot path
-        return ResultRecord.model_construct(
-            state="succeeded", task=name, result=value, attempts=attempts
-        )
+        return {
+            "state": "succeeded",
+            "result": outcome.value if isinstance(outcome, Success) else None,
+        }
+    if isinstance(decision, Cancel):
+        return {"state": "cancelled", "reason": "cancelled"}
     error = _error(outcome, decision)
     if isinstance(decision, Nak):
-        return ResultRecord(state="failed", task=name, error=error, attempts=attempts)
+        return {"state": "failed", "error": error}
     assert isinstance(decision, Dead)
-    return ResultRecord(
-        state="dead", task=name, error=error, reason=decision.reason, attempts=attempts
-    )
+    return {"state": "dead", "error": error, "reason": decision.reason}
+
+
+def _call(job: Job) -> dict[str, Any]:
+    envelope = job.envelope
+    assert envelope is not None
+    ctx = job.context
+    kept = len(job.delivery.data) <= CALL_KEPT
+    return {
+        "task": envelope.task,
+        "attempts": job.delivery.num_delivered,
+        "queue": job.queue,
+        "worker": _WORKER,
+        "started_at": stamp(ctx.started) if ctx is not None else None,
+        "args": envelope.args if kept else None,
+        "kwargs": envelope.kwargs if kept else None,
+        "enqueued_at": envelope.enqueued_at,
+        "workflow": final_id(envelope.flow, envelope.id),
+    }
 
 
 def _error(outcome: Outcome | None, decision: Decision) -> dict[str, str]:

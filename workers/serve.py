@@ -1,8 +1,8 @@
 """`taskq worker`: a Worker under signal control.
 
 First SIGTERM/SIGINT: stop fetching, let running tasks finish within the grace period, NAK
-the rest for immediate redelivery elsewhere, flush, exit 0. A second signal exits at once;
-that is still safe, since unacked messages return after ack_wait.
+those still running at its end for immediate redelivery elsewhere, flush, exit 0. A second
+signal exits at once; that is still safe, since unacked messages return after ack_wait.
 """
 
 from __future__ import annotations
@@ -13,25 +13,54 @@ import os
 import signal
 
 from taskq.app import App
+from taskq.workers.limits import Limits
 from taskq.workers.logs import BufferedStreamHandler
 from taskq.workers.otel import configure_from_env
+from taskq.workers.recycle import recycle_when_due
+from taskq.workers.tether import tethers
 from taskq.workers.worker import Worker
 
 log = logging.getLogger("taskq.worker")
 
 
 async def serve(
-    app: App, queues: list[str] | None, *, concurrency: int = 16, grace: float = 30.0
+    app: App,
+    queues: list[str] | None,
+    *,
+    concurrency: int = 16,
+    grace: float = 30.0,
+    pool_size: int | None = None,
+    max_tasks: int | None = None,
+    max_memory_mb: float | None = None,
 ) -> None:
-    """Run a Worker of `app` until a signal; the caller owns (and closes) the connection."""
+    """Run a Worker of `app` until a signal (or a recycle: `max_tasks` settled tasks or
+    `max_memory_mb` of RSS); the caller owns (and closes) the connection."""
     configure_from_env()  # OpenTelemetry SDK, only if OTEL_* asks for it
-    worker = Worker(app, queues, concurrency=concurrency, grace=grace)
-    loop = asyncio.get_running_loop()
+    limits = Limits(max_tasks, max_memory_mb)  # for this process and its pool's, each alone
+    worker = Worker(
+        app, queues, concurrency=concurrency, grace=grace, pool_size=pool_size, limits=limits
+    )
+    _handle_signals(worker, grace)
     handler = next(
         (h for h in logging.getLogger("taskq").handlers if isinstance(h, BufferedStreamHandler)),
         None,
     )
-    flusher = asyncio.create_task(_flush_every(handler)) if handler else None
+    helpers = tethers(worker)  # ready notice and orphan watch, under a supervisor
+    if handler is not None:
+        helpers.append(asyncio.create_task(_flush_every(handler)))
+    if limits:
+        helpers.append(asyncio.create_task(recycle_when_due(worker, limits)))
+    try:
+        await worker.run()
+    finally:
+        for helper in helpers:
+            helper.cancel()
+        if handler is not None:
+            handler.flush_now()
+
+
+def _handle_signals(worker: Worker, grace: float) -> None:
+    """First SIGTERM/SIGINT: a graceful stop; a second one: exit now."""
     signals = {"count": 0}
 
     def on_signal(signum: int) -> None:
@@ -44,15 +73,9 @@ async def serve(
         )
         worker.stop()
 
+    loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum)
-    try:
-        await worker.run()
-    finally:
-        if flusher is not None:
-            flusher.cancel()
-        if handler is not None:
-            handler.flush_now()
 
 
 async def _flush_every(handler: BufferedStreamHandler | None, interval: float = 0.5) -> None:

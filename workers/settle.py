@@ -13,7 +13,7 @@ from taskq.client import Client
 from taskq.dlq.record import ErrorInfo, make_record
 from taskq.dlq.write import publish_record
 from taskq.flow import final_id
-from taskq.policy import Ack, Dead, Decision, Failure, Nak, Outcome, Success
+from taskq.policy import Ack, Cancel, Dead, Decision, Failure, Nak, Outcome, Success
 from taskq.results import store as store_result
 from taskq.retrying import retry_transient
 from taskq.workers.judge import Job
@@ -43,6 +43,9 @@ class Settler:
         elif isinstance(decision, Nak):
             await d.nak(decision.delay)
             self.stats["retried"] += 1
+        elif isinstance(decision, Cancel):
+            await d.ack()  # recorded as cancelled: nothing left to run
+            self.stats["cancelled"] += 1
         else:
             await self._dead_letter(job, decision, outcome)
             self.stats["dead"] += 1
@@ -53,9 +56,7 @@ class Settler:
         envelope = job.envelope
         if envelope is None:
             return  # undecodable: no task id anyone could wait on
-        record = result_record(
-            job.task, envelope.task, decision, outcome, job.delivery.num_delivered
-        )
+        record = result_record(job, decision, outcome)
         if record is not None:
             await store_result(self.client, envelope.id, record)
         if envelope.flow is None:
@@ -63,8 +64,8 @@ class Settler:
         final = final_id(envelope.flow, envelope.id)
         if isinstance(decision, Ack) and isinstance(outcome, Success):
             await advance(self.client, envelope, outcome.value)  # before the ack
-        elif isinstance(decision, Dead) and record is not None and final:
-            # the workflow fails visibly: its final task reports this member's error
+        elif isinstance(decision, Dead | Cancel) and record is not None and final:
+            # the workflow ends visibly: its final task reports this member's error/cancel
             await store_result(self.client, final, record)
 
     async def _dead_letter(self, job: Job, dead: Dead, outcome: Outcome | None) -> None:
@@ -103,6 +104,8 @@ def _log(job: Job, decision: Decision, outcome: Outcome | None) -> None:
     head = f"{name}[{tid}] attempt {job.delivery.num_delivered}/{attempts or '?'}"
     if isinstance(decision, Ack):
         log.info("succeeded %s in %.3fs", head, took, extra=MAY_WAIT)
+    elif isinstance(decision, Cancel):
+        log.warning("cancelled %s%s", head, f" after {took:.3f}s" if took else " before it ran")
     elif isinstance(decision, Nak):
         error = outcome.error if isinstance(outcome, Failure) else None
         log.warning("retry %s in %.1fs: %r", head, decision.delay, error)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from taskq.app import App
 from taskq.client import Client
+from taskq.queue_control import ends
 from taskq.schedules import register
 from taskq.topology.partitions import Part, layout, queues_in
 from taskq.topology.specs import (
@@ -46,7 +47,7 @@ async def prepare(app: App, client: Client, queues: list[str]) -> dict[str, Queu
     names, settings, streams = client.names, client.settings, client.connection.streams
     await streams.ensure(dlq_stream(names, settings))
     await client.connection.kv.ensure(results_bucket(names, settings))
-    existing = await streams.listing()
+    existing = await streams.listing(names.every_subject)
     on_server = queues_in(existing, names)
     setups: dict[str, QueueSetup] = {}
     for queue in queues:
@@ -76,7 +77,12 @@ async def _consumer(app: App, client: Client, queue: str, part: Part) -> QueueSe
     spec = queue_consumer(client.names, client.settings, queue, ack_wait, attempts, part)
     await client.connection.streams.ensure_consumer(spec)
     state = await client.connection.streams.consumer_state(spec.stream, spec.durable)
-    return QueueSetup(queue, part, spec.stream, spec.durable, state.ack_wait or ack_wait)
+    setup = QueueSetup(queue, part, spec.stream, spec.durable, state.ack_wait or ack_wait)
+    if state.paused:  # the update above kept the pause: say why nothing will arrive
+        end = ends(state.pause_until)
+        until = f"until {end.isoformat()}" if end else "until resumed"
+        log.info("%s is paused %s (`taskq queues resume %s`)", setup.where, until, queue)
+    return setup
 
 
 async def ensure_events(client: Client, streams: list[str]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import deque
 from collections.abc import Iterator
 
 
@@ -16,26 +17,42 @@ class Slots:
         self.size = size
         self.free = size
         self._changed = asyncio.Event()
+        # fetch loops waiting for a slot, first come first served: a loop that releases
+        # and reserves again queues behind them, so no stream starves while others cycle
+        self._waiting: deque[object] = deque()
 
     async def reserve(self, most: int, gather: float = 0.005) -> int:
-        """Wait for at least one free slot, then take up to `most` of them.
+        """Wait (in turn) for at least one free slot, then take up to `most` of them.
 
         While tasks are running and fewer than half the slots are free, wait up to `gather`
         seconds for more to free up: short tasks finish in bursts, and fetching one message
         per finished task would cost a server round trip per message.
         """
-        while self.free <= 0:
-            self._changed.clear()
-            await self._changed.wait()
-        if self.busy and self.free < self.size // 2:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(gather):
-                    while self.free < self.size // 2:
-                        self._changed.clear()
-                        await self._changed.wait()
-        taken = min(self.free, most)
-        self.free -= taken
-        return taken
+        while True:
+            if self._waiting or self.free <= 0:
+                await self._turn()
+            if self.busy and self.free < self.size // 2:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(gather):
+                        while self.free < self.size // 2:
+                            self._changed.clear()
+                            await self._changed.wait()
+            if self.free > 0:
+                taken = min(self.free, most)
+                self.free -= taken
+                return taken
+
+    async def _turn(self) -> None:
+        """Return when this caller is first in line and a slot is free."""
+        me = object()
+        self._waiting.append(me)
+        try:
+            while self._waiting[0] is not me or self.free <= 0:
+                self._changed.clear()
+                await self._changed.wait()
+        finally:
+            self._waiting.remove(me)
+            self._changed.set()  # the next in line may go
 
     def release(self, count: int = 1) -> None:
         if count <= 0:

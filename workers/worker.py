@@ -12,6 +12,7 @@ import contextlib
 import logging
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from taskq.app import App
 from taskq.client import Client
@@ -19,8 +20,12 @@ from taskq.dlq.sweeper import run_sweeper
 from taskq.errors import BrokerError, NotFound, TaskqError, TransientError
 from taskq.nats import Delivery, Puller
 from taskq.retrying import retry_transient
-from taskq.workers.judge import Job, Judge
+from taskq.task import Task
+from taskq.workers.control import ControlPlane, worker_record
+from taskq.workers.judge import Job, Judge, Runners
 from taskq.workers.lease import Leases
+from taskq.workers.limits import Limits
+from taskq.workers.pool import ProcessPool
 from taskq.workers.settle import Settler
 from taskq.workers.setup import QueueSetup, described, prepare
 from taskq.workers.slots import Slots
@@ -44,6 +49,8 @@ class Worker:
         max_batch: int = 256,
         sweeper: bool = True,
         spark: SparkRuntime | None = None,
+        pool_size: int | None = None,
+        limits: Limits | None = None,
     ) -> None:
         self.app = app
         self.queues = list(queues or app.queues() or ["default"])
@@ -62,10 +69,13 @@ class Worker:
         self._leases = Leases()
         self._client: Client | None = None
         self._settler: Settler | None = None
-        # Spark tasks (if any) run here; `spark` shares a session across workers (tests)
         mine = [t for t in app.tasks.values() if t.queue in self.queues]
+        # Spark tasks (if any) run here; `spark` shares a session across workers (tests)
         self._spark = SparkExecutor(app.settings, mine, spark)
-        self._judge = Judge(app, self._threads, self._leases, self._spark, self._slots.lent)
+        self._pool = _pool_for(mine, pool_size, limits)
+        runners = Runners(self._threads, self._spark, self._slots.lent, self._pool)
+        self._judge = Judge(app, runners, self._leases)
+        self._control: ControlPlane | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
     def stop(self) -> None:
@@ -92,6 +102,12 @@ class Worker:
             lambda: prepare(self.app, client, self.queues), what="worker set-up"
         )
         await self.app.hooks.run_start()
+        if self._pool is not None:
+            await self._pool.start()
+        self._control = ControlPlane(client, self._judge, self.stats)
+        await self._control.start(
+            worker_record(self.queues, self.concurrency, self._pool.size if self._pool else None)
+        )
         self._log_ready()
         loops = [asyncio.create_task(self._consume(stream)) for stream in self._setups]
         if self.sweeper:
@@ -123,6 +139,10 @@ class Worker:
         self._slots.wake()
         await asyncio.gather(*loops, return_exceptions=True)
         await self._finish_running()
+        if self._control is not None:
+            await self._control.close()
+        if self._pool is not None:
+            await self._pool.close()
         await self._spark.close()
         await self._leases.close()
         with contextlib.suppress(TaskqError):
@@ -186,11 +206,9 @@ class Worker:
         return puller
 
     def _start(self, setup: QueueSetup, delivery: Delivery) -> None:
-        if self.stopping:
-            # Fetched while stopping: hand it straight back for another worker.
-            job = asyncio.create_task(_give_back(delivery))
-        else:
-            job = asyncio.create_task(self._handle(Job(setup, delivery)))
+        # Fetched while stopping too: it runs (its slot is reserved, grace applies), since
+        # handing it back would cost it an attempt (the server counts every delivery).
+        job = asyncio.create_task(self._handle(Job(setup, delivery)))
         self._running.add(job)
         job.add_done_callback(self._done)
 
@@ -205,9 +223,10 @@ class Worker:
 
     # -- handling one delivery --------------------------------------------------------------
     async def _handle(self, job: Job) -> None:
-        assert self._settler is not None
+        assert self._settler is not None and self._control is not None
         try:
             decision, outcome = await self._judge.judge(job)
+            await self._control.settling(job)
             await self._settler.settle(job, decision, outcome)
         except asyncio.CancelledError:
             # Shutdown past grace: let another worker run it as soon as possible.
@@ -221,6 +240,10 @@ class Worker:
                 await job.delivery.nak(delay=5.0)
 
 
-async def _give_back(delivery: Delivery) -> None:
-    with contextlib.suppress(TaskqError):
-        await delivery.nak()
+def _pool_for(
+    tasks: list[Task[Any, Any]], size: int | None, limits: Limits | None
+) -> ProcessPool | None:
+    """The process pool for the `executor="process"` tasks among `tasks` (None: none);
+    `size` processes (None: the CPU count), recycled by `limits` each on its own."""
+    in_processes = [t for t in tasks if t.executor == "process"]
+    return ProcessPool(in_processes, size, limits) if in_processes else None

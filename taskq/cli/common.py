@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
+import re
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
@@ -131,3 +132,28 @@ def parse_json_args(text: str | None) -> tuple[list[Any], dict[str, Any]]:
     if isinstance(value, dict):
         return [], value
     return [value], {}
+
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(_ctx: Any, _param: Any, value: str | None) -> float | None:
+    """A DURATION option (click callback): `30s`, `15m`, `2h`, `7d` -> seconds."""
+    if value is None:
+        return None
+    match = _DURATION.match(value.strip())
+    if not match:
+        raise click.BadParameter(f"{value!r} is not a duration like 30s, 15m, 2h or 7d")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+def confirm(yes: bool, question: str | Callable[[], str], action: str) -> None:
+    """Go on when `--yes` was given or the person at the terminal agrees to `question`
+    (a callable is asked only then); a usage error when stdin is no terminal (nobody can
+    confirm), abort when declined."""
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise click.UsageError(f"refusing to {action} without --yes when nobody can confirm")
+    click.confirm(question() if callable(question) else question, abort=True)

@@ -3,29 +3,16 @@
 from __future__ import annotations
 
 import json
-import re
 import sys
 from collections.abc import Callable
 from typing import Any
 
 import click
 
-from taskq.cli.common import Context, pass_ctx
+from taskq.cli.common import Context, confirm, parse_duration, pass_ctx
 from taskq.client import Client
 from taskq.dlq.browse import Filters, get_dead, list_dead
 from taskq.dlq.record import REASONS, DeadLetter
-
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def parse_duration(_ctx: Any, _param: Any, value: str | None) -> float | None:
-    if value is None:
-        return None
-    match = _DURATION.match(value.strip())
-    if not match:
-        raise click.BadParameter(f"{value!r} is not a duration like 30s, 15m, 2h or 7d")
-    return float(match.group(1)) * _UNITS[match.group(2)]
 
 
 def filter_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -205,11 +192,8 @@ def purge(
 ) -> None:
     """Delete dead letters for good."""
     filters = make_filters(queue, task, reason, since)
-    if not yes:
-        if not sys.stdin.isatty():
-            raise click.UsageError("refusing to purge without --yes when nobody can confirm")
-        what = "ALL dead letters" if filters.empty else "the matching dead letters"
-        click.confirm(f"delete {what}?", abort=True)
+    what = "ALL dead letters" if filters.empty else "the matching dead letters"
+    confirm(yes, f"delete {what}?", "purge")
     count = ctx.run(lambda client: _purge(client, filters))
     click.echo(f"purged {count} dead letter(s)")
 

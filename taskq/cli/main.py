@@ -20,7 +20,9 @@ from taskq.cli.queues import queues
 from taskq.cli.results import result
 from taskq.cli.schedules import schedules
 from taskq.cli.server import server
+from taskq.cli.tasks import cancel, task
 from taskq.cli.worker import worker
+from taskq.cli.workers import workers
 from taskq.errors import ConfigError, ConnectError, TaskqError
 
 __all__ = ["cli", "main", "run_async"]  # run_async: re-exported for bench/spark.py
@@ -59,6 +61,9 @@ cli.add_command(queues)
 cli.add_command(result)
 cli.add_command(schedules)
 cli.add_command(dlq)
+cli.add_command(workers)
+cli.add_command(cancel)
+cli.add_command(task)
 
 
 def main(argv: list[str] | None = None) -> None:

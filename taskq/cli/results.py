@@ -1,7 +1,9 @@
-"""`taskq result ID`: a task's state and return value, optionally waiting for it."""
+"""`taskq result ID`: a task's state and return value, optionally waiting for it or
+following its progress live."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +14,7 @@ from taskq.errors import ResultTimeout
 
 if TYPE_CHECKING:
     from taskq.client import Client
+    from taskq.progress import Progress
     from taskq.results import ResultRecord
 
 
@@ -24,14 +27,24 @@ if TYPE_CHECKING:
     default=None,
     help="seconds to wait at most (with --wait)",
 )
+@click.option(
+    "--follow",
+    is_flag=True,
+    help="print progress reports as they come, then the result (waits for the end)",
+)
 @click.option("--json", "as_json", is_flag=True)
 @pass_ctx
-def result(ctx: Context, task_id: str, wait: bool, timeout: float | None, as_json: bool) -> None:
-    """Show the state and result of task ID (exit 1 if it failed or --wait timed out)."""
+def result(
+    ctx: Context, task_id: str, wait: bool, timeout: float | None, follow: bool, as_json: bool
+) -> None:
+    """Show the state and result of task ID (exit 1 if it failed, was cancelled, or --wait
+    timed out)."""
     from taskq.results import fetch
     from taskq.results import wait as wait_for
 
     async def go(client: Client) -> ResultRecord | None:
+        if follow:
+            return await _follow(client, task_id, timeout, as_json)
         if wait:
             return await wait_for(client, task_id, timeout)
         return await fetch(client, task_id)
@@ -41,8 +54,36 @@ def result(ctx: Context, task_id: str, wait: bool, timeout: float | None, as_jso
     except ResultTimeout as exc:
         raise click.ClickException(str(exc)) from None
     echo_record(task_id, record, as_json)
-    if record is not None and record.state == "dead":
+    if record is not None and record.state in ("dead", "cancelled"):
         raise SystemExit(1)
+
+
+async def _follow(
+    client: Client, task_id: str, timeout: float | None, as_json: bool
+) -> ResultRecord:
+    """Echo each progress report until the final record, which is returned."""
+    from taskq.progress import watch
+    from taskq.results import ResultRecord
+
+    async def reports() -> ResultRecord:
+        async for item in watch(client, task_id):
+            if isinstance(item, ResultRecord):
+                return item
+            click.echo(_progress_line(item, as_json))
+        raise AssertionError("the watch ends with the final record")
+
+    try:
+        return await asyncio.wait_for(reports(), timeout)
+    except TimeoutError:
+        raise ResultTimeout(task_id, timeout or 0.0, "unfinished") from None
+
+
+def _progress_line(report: Progress, as_json: bool) -> str:
+    if as_json:
+        return json.dumps({"progress": report.model_dump()})
+    value = report.value
+    shown = f"{value * 100:5.1f}%" if isinstance(value, float) else json.dumps(value)
+    return f"progress {shown}" + (f"  {report.message}" if report.message else "")
 
 
 def echo_record(task_id: str, record: ResultRecord | None, as_json: bool) -> None:
@@ -55,5 +96,7 @@ def echo_record(task_id: str, record: ResultRecord | None, as_json: bool) -> Non
     click.echo(f"{task_id}: {payload['state']}")
     if record is not None and record.state == "succeeded":
         click.echo(json.dumps(record.result, default=repr))
+    elif record is not None and record.state == "cancelled":
+        click.echo(record.reason or "cancelled")
     elif record is not None and record.error:
         click.echo(f"{record.error.get('type')}: {record.error.get('message')}")

@@ -1,8 +1,15 @@
-"""`taskq worker MODULE:APP`: consume and run the tasks of an App."""
+"""`taskq worker MODULE:APP`: consume and run the tasks of an App.
+
+With `-p N` (or any of `--max-tasks-per-child`, `--max-memory-per-child`, `--reload`, which
+imply `-p 1`) this process becomes a supervisor (`taskq.workers.supervise`) that runs this
+same command line N times as worker processes; in those, `TASKQ_WORKER_PROCESS` is set and
+the command runs one plain worker.
+"""
 
 from __future__ import annotations
 
 import logging
+import sys
 
 import click
 
@@ -21,6 +28,40 @@ from taskq.cli.common import Context, pass_ctx
     help="seconds running tasks get to finish on SIGTERM",
 )
 @click.option(
+    "-p",
+    "--processes",
+    type=click.IntRange(1, 1024),
+    metavar="N",
+    help="run N worker processes (each with -c) under a supervisor that restarts any that dies",
+)
+@click.option(
+    "--pool-size",
+    type=click.IntRange(1, 1024),
+    metavar="N",
+    help='child processes for executor="process" tasks [default: the CPU count]',
+)
+@click.option(
+    "--max-tasks-per-child",
+    "max_tasks",
+    type=click.IntRange(1),
+    metavar="N",
+    help="replace a worker process (and each pool process) after N tasks (implies -p 1)",
+)
+@click.option(
+    "--max-memory-per-child",
+    "max_memory_mb",
+    type=click.IntRange(1),
+    metavar="MB",
+    help="replace a worker process (and each pool process) once its resident memory "
+    "reaches MB (implies -p 1)",
+)
+@click.option(
+    "--reload",
+    is_flag=True,
+    help="development: restart the worker(s) when a .py file under the current directory "
+    "changes (implies -p 1)",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"]),
     default="info",
@@ -34,15 +75,44 @@ def worker(
     queues: tuple[str, ...],
     concurrency: int,
     grace: float,
+    processes: int | None,
+    pool_size: int | None,
+    max_tasks: int | None,
+    max_memory_mb: int | None,
+    reload: bool,
     log_level: str,
 ) -> None:
-    """Run a worker for the tasks of MODULE:APP."""
-    from taskq.workers.logs import install
+    """Run a worker for the tasks of MODULE:APP (with -p N: N worker processes)."""
+    from taskq.workers.logs import FORMAT, FORMAT_IN_PROCESS, install
     from taskq.workers.serve import serve
+    from taskq.workers.tether import supervised
 
+    in_process = supervised()
+    level = min(getattr(logging, log_level.upper()), logging.getLogger().level)  # -vv: debug
+    install(level, FORMAT_IN_PROCESS if in_process else FORMAT)
+    if not in_process and (processes or max_tasks or max_memory_mb or reload):
+        _supervise(processes or 1, grace, reload)
     app = ctx.app(app_spec)
-    install(min(getattr(logging, log_level.upper()), logging.getLogger().level))  # -vv: debug
     ctx.run(
-        lambda _client: serve(app, list(queues) or None, concurrency=concurrency, grace=grace),
+        lambda _client: serve(
+            app,
+            list(queues) or None,
+            concurrency=concurrency,
+            grace=grace,
+            pool_size=pool_size,
+            max_tasks=max_tasks,
+            max_memory_mb=max_memory_mb,
+        ),
         app=app,
     )
+
+
+def _supervise(processes: int, grace: float, reload: bool) -> None:
+    """Run this command line as `processes` supervised worker processes; exit with the
+    supervisor's status (the options were checked here, MODULE:APP is left to them)."""
+    from taskq.workers.supervise import Plan, supervise, worker_command
+
+    if sys.platform == "win32":  # process groups and asyncio signal handlers are POSIX only
+        raise click.UsageError("-p, --max-*-per-child and --reload need Linux or macOS")
+    code = supervise(Plan(worker_command(), processes, grace, reload))
+    click.get_current_context().exit(code)

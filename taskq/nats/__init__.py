@@ -6,12 +6,21 @@ the `TaskqError` tree inside this package and never leak to callers.
 
 from taskq.nats.connection import Connection
 from taskq.nats.pull import Delivery, Puller
-from taskq.nats.types import ConsumerState, PubAck, StoredMessage, StreamState
+from taskq.nats.types import (
+    ConsumerPause,
+    ConsumerState,
+    KVEntry,
+    PubAck,
+    StoredMessage,
+    StreamState,
+)
 
 __all__ = [
     "Connection",
+    "ConsumerPause",
     "ConsumerState",
     "Delivery",
+    "KVEntry",
     "PubAck",
     "Puller",
     "StoredMessage",

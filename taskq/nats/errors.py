@@ -23,6 +23,7 @@ STREAM_NOT_FOUND = 10059
 CONSUMER_NOT_FOUND = 10014
 MESSAGE_NOT_FOUND = 10037
 STREAM_NAME_IN_USE = 10058
+CONSUMER_EXISTS = 10148
 
 _TIMEOUTS = (nats.errors.TimeoutError, asyncio.TimeoutError, TimeoutError)
 _NOT_READY = (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError)

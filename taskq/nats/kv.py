@@ -1,4 +1,5 @@
-"""Key-value buckets (results, workflow state): reads, writes, compare-and-set, watching.
+"""Key-value buckets (results, workflow state, workers, cancels, progress): reads, writes,
+compare-and-set, history and watching.
 
 Where the server keeps a bucket (`KV_<bucket>`, subjects `$KV.<bucket>.<key>`) is known only
 here, so callers never build those names.
@@ -6,15 +7,22 @@ here, so callers never build those names.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nats.js import JetStreamContext, api
-from nats.js.errors import BadRequestError, BucketNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import (
+    BadRequestError,
+    BucketNotFoundError,
+    KeyWrongLastSequenceError,
+    NoKeysError,
+)
 
-from taskq.errors import NotFound
+from taskq.errors import NotFound, TaskqError
 from taskq.nats.errors import STREAM_NAME_IN_USE, Guard
-from taskq.nats.types import PubAck
+from taskq.nats.types import KVEntry, PubAck
 from taskq.retrying import patiently
 from taskq.topology.specs import BucketSpec
 
@@ -106,6 +114,69 @@ class KeyValue:
         )
         return unsubscribe
 
+    async def delete(self, bucket: str, key: str) -> None:
+        """Delete `key` (a delete marker: watchers see it go)."""
+        store = await self._bucket(bucket)
+        with self._guard:
+            await store.delete(key)
+
+    async def history(self, bucket: str, key: str) -> list[KVEntry]:
+        """Every value `key` still has in the bucket's history, oldest first."""
+        store = await self._bucket(bucket)
+        with self._guard:
+            try:
+                found = await store.history(key)
+            except NoKeysError:
+                return []
+        return [_entry(e) for e in found]
+
+    async def entries(self, bucket: str) -> list[KVEntry]:
+        """The current value of every key that has one."""
+        store = await self._bucket(bucket)
+        with self._guard:
+            watcher = await store.watchall(ignore_deletes=True)
+        found: list[KVEntry] = []
+        try:
+            async for entry in watcher:
+                if entry is None:  # the end of the current values
+                    break
+                found.append(_entry(entry))
+        finally:
+            with contextlib.suppress(Exception):
+                await watcher.stop()
+        return found
+
+    async def follow(
+        self, bucket: str, on_entry: Callable[[KVEntry], None]
+    ) -> Callable[[], Awaitable[None]]:
+        """Call `on_entry` for the current value of every key, then for every change
+        (deletes and expiries included, as `deleted` entries), until the returned function
+        is awaited; returns once the current values were seen. An ordered consumer:
+        nothing is missed between the two."""
+        store = await self._bucket(bucket)
+        with self._guard:
+            watcher = await store.watchall()
+        loaded = asyncio.Event()
+
+        async def pump() -> None:
+            async for entry in watcher:
+                if entry is None:  # the current values are all in
+                    loaded.set()
+                else:
+                    on_entry(_entry(entry))
+
+        task = asyncio.create_task(pump())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(loaded.wait(), 10.0)
+
+        async def stop() -> None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, TaskqError, Exception):
+                await watcher.stop()
+                await task
+
+        return stop
+
     async def _bucket(self, bucket: str) -> Any:
         store = self._buckets.get(bucket)
         if store is None:
@@ -123,3 +194,14 @@ def subject(bucket: str, key: str) -> str:
 def stream(bucket: str) -> str:
     """The stream that holds a bucket."""
     return f"KV_{bucket}"
+
+
+def _entry(entry: Any) -> KVEntry:
+    deleted = entry.operation in ("DEL", "PURGE")
+    return KVEntry(
+        key=entry.key,
+        value=bytes(entry.value or b""),
+        revision=int(entry.revision or 0),
+        created=getattr(entry, "created", None),
+        deleted=deleted,
+    )

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 
 from taskq.errors import BrokerError, NotFound, TaskqError
 from taskq.nats.errors import MESSAGE_NOT_FOUND, Guard, reply_error
 from taskq.nats.pull import Puller
+from taskq.nats.raw import request as api_request
 from taskq.nats.types import StoredMessage
 from taskq.retrying import patiently
 
@@ -115,6 +118,38 @@ class Messages:
             await puller.close()
             await self._drop_consumer(stream, name)
 
+    async def scan(
+        self, stream: str, subject: str | None = None, batch: int = 256
+    ) -> AsyncIterator[StoredMessage]:
+        """Every message of `stream` (on `subject`), oldest first, by batched direct gets:
+        unlike `read`, this works on work-queue streams, which allow no second consumer."""
+        seq = 1
+        while True:
+            found = await self._direct_batch(stream, seq, subject, batch)
+            for stored in found:
+                yield stored
+            if len(found) < batch:
+                return
+            seq = found[-1].seq + 1
+
+    async def _direct_batch(
+        self, stream: str, seq: int, subject: str | None, batch: int
+    ) -> list[StoredMessage]:
+        replies: asyncio.Queue[Msg] = asyncio.Queue()
+        request: dict[str, Any] = {"seq": seq, "batch": batch}
+        if subject:
+            request["next_by_subj"] = subject
+        with self._guard:
+            inbox = self._nc.new_inbox()
+            sub = await self._nc.subscribe(inbox, cb=replies.put)
+            try:
+                await self._nc.publish(
+                    f"$JS.API.DIRECT.GET.{stream}", json.dumps(request).encode(), reply=inbox
+                )
+                return await _until_end_of_batch(replies)
+            finally:
+                await sub.unsubscribe()
+
     async def _reader(self, stream: str, subject: str | None) -> tuple[str, int]:
         config = api.ConsumerConfig(
             ack_policy=api.AckPolicy.NONE,
@@ -136,13 +171,8 @@ class Messages:
         with contextlib.suppress(TaskqError), self._guard:
             await self._js.delete_consumer(stream, name)
 
-    async def _api(self, what: str, request: dict[str, Any]) -> dict[str, Any]:
-        with self._guard:
-            raw = await self._nc.request(
-                f"$JS.API.{what}", json.dumps(request).encode(), timeout=10
-            )
-        reply: dict[str, Any] = json.loads(raw.data)
-        return reply
+    async def _api(self, what: str, body: dict[str, Any]) -> dict[str, Any]:
+        return await api_request(self._nc, self._guard, what, body)
 
 
 def _stored(raw: api.RawStreamMsg, subject: str, seq: int) -> StoredMessage:
@@ -153,3 +183,28 @@ def _stored(raw: api.RawStreamMsg, subject: str, seq: int) -> StoredMessage:
         headers=dict(raw.headers or {}),
         time=None,
     )
+
+
+async def _until_end_of_batch(replies: asyncio.Queue[Msg]) -> list[StoredMessage]:
+    """The messages of one batched direct get, up to its end-of-batch (or not-found)
+    status message."""
+    found: list[StoredMessage] = []
+    while True:
+        msg = await asyncio.wait_for(replies.get(), 10.0)
+        headers = dict(msg.headers or {})
+        if "Status" in headers:  # 204 EOB, or 404 when nothing matched
+            return found
+        found.append(
+            StoredMessage(
+                subject=headers.pop("Nats-Subject", ""),
+                seq=int(headers.pop("Nats-Sequence", "0")),
+                data=msg.data,
+                headers={
+                    k: v for k, v in headers.items() if not k.startswith("Nats-") or k in _KEPT
+                },
+                time=None,
+            )
+        )
+
+
+_KEPT = ("Nats-Msg-Id", "Nats-Schedule", "Nats-Schedule-Target", "Nats-TTL")

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from typing import Any
+
 from nats.aio.client import Client
 from nats.js import JetStreamContext, api
 from nats.js.errors import BadRequestError
 
 from taskq.errors import NotFound
-from taskq.nats.errors import STREAM_NAME_IN_USE, Guard
-from taskq.nats.types import ConsumerState, StreamState
+from taskq.nats import raw
+from taskq.nats.errors import (
+    CONSUMER_EXISTS,
+    CONSUMER_NOT_FOUND,
+    STREAM_NAME_IN_USE,
+    Guard,
+    reply_error,
+)
+from taskq.nats.types import ConsumerPause, ConsumerState, StreamState
 from taskq.retrying import patiently
 from taskq.topology.specs import ConsumerSpec, StreamSpec
 
@@ -33,9 +43,55 @@ class Streams:
                 await self._js.update_stream(config)
 
     async def ensure_consumer(self, spec: ConsumerSpec) -> None:
-        """Create or update a durable consumer with the whole intended config."""
+        """Create or update a durable consumer with the whole intended config.
+
+        An update leaves a pause in place: the config sent has no `pause_until`, and
+        nats-server keeps the consumer's own then (measured on 2.15.1; a worker starting on
+        a paused queue must not resume it, tests/test_queue_control.py).
+        """
         with self._guard:
             await self._js.add_consumer(spec.stream, consumer_config(spec))
+
+    async def create_consumer(self, spec: ConsumerSpec, paused_until: datetime | None) -> None:
+        """Create a durable consumer (paused until `paused_until`) only if it does not exist.
+
+        Unlike `ensure_consumer` an existing consumer is left as it is: the workers' config
+        (ack_wait, max_deliver from their tasks) must not be replaced by a guess.
+        """
+        config = consumer_config(spec).as_dict()
+        if paused_until is not None:
+            config["pause_until"] = rfc3339(paused_until)
+        body = {"stream_name": spec.stream, "config": config, "action": "create"}
+        what = f"CONSUMER.CREATE.{spec.stream}.{spec.durable}"
+        reply = await patiently(lambda: raw.request(self._nc, self._guard, what, body))
+        error = reply_error(reply, "consumer create")
+        if error is not None and error.code != CONSUMER_EXISTS:
+            raise error
+
+    async def pause(
+        self, stream: str, durable: str, until: datetime | None
+    ) -> ConsumerPause | None:
+        """Hold back the consumer's deliveries until `until` (None: resume now); None when
+        the consumer does not exist (a missing stream raises NotFound).
+
+        While paused, pull requests wait and end with 408 at their expiry. A resume does not
+        wake requests already waiting (nats-server 2.15.1): they are served once re-sent.
+        """
+
+        async def send() -> api.ConsumerPause:
+            with self._guard:
+                if until is None:
+                    return await self._js.resume_consumer(stream, durable)
+                return await self._js.pause_consumer(stream, durable, rfc3339(until))
+
+        try:
+            reply = await patiently(send)
+        except NotFound as exc:
+            if exc.code == CONSUMER_NOT_FOUND:
+                return None
+            raise
+        paused = bool(reply.paused)
+        return ConsumerPause(paused, moment(reply.pause_until) if paused else None)
 
     async def subjects(self, stream: str) -> tuple[str, ...] | None:
         """The configured subjects of `stream`, or None when it does not exist."""
@@ -76,17 +132,35 @@ class Streams:
             waiting=info.num_waiting or 0,
             ack_wait=float(info.config.ack_wait or 0),
             max_deliver=int(info.config.max_deliver or -1),
+            paused=bool(info.paused),
+            # the config keeps an expired pause's time: only `paused` says it still holds
+            pause_until=moment(info.config.pause_until) if info.paused else None,
         )
 
-    async def listing(self) -> dict[str, tuple[str, ...]]:
-        """Every stream's configured subjects, by stream name (one listing request)."""
+    async def listing(self, subject: str | None = None) -> dict[str, tuple[str, ...]]:
+        """Every stream's configured subjects, by stream name; with `subject` (a filter like
+        `taskq.>`) only the streams whose subjects overlap it, which the server selects
+        cheaply however many streams the account has. Read a page (256) at a time."""
+        found: dict[str, tuple[str, ...]] = {}
+        while True:
+            reply = await self._list_page(len(found), subject)
+            page = reply.get("streams") or []
+            for info in page:
+                config = info.get("config") or {}
+                if config.get("name"):
+                    found[config["name"]] = tuple(config.get("subjects") or ())
+            if not page or len(found) >= int(reply.get("total", 0)):
+                return found
 
-        async def read() -> list[api.StreamInfo]:
-            with self._guard:
-                return await self._js.streams_info()
-
-        infos = await patiently(read)
-        return {i.config.name: tuple(i.config.subjects or ()) for i in infos if i.config.name}
+    async def _list_page(self, offset: int, subject: str | None) -> dict[str, Any]:
+        body: dict[str, Any] = {"offset": offset}
+        if subject:
+            body["subject"] = subject
+        reply = await patiently(lambda: raw.request(self._nc, self._guard, "STREAM.LIST", body))
+        error = reply_error(reply, "list streams")
+        if error is not None:
+            raise error
+        return reply
 
     async def leader(self, stream: str) -> str | None:
         """The server name leading `stream` in a cluster (None on a single server)."""
@@ -101,6 +175,22 @@ class Streams:
     async def _info(self, stream: str, subjects_filter: str | None = None) -> api.StreamInfo:
         with self._guard:
             return await self._js.stream_info(stream, subjects_filter=subjects_filter)
+
+
+def rfc3339(moment: datetime) -> str:
+    """A time as the JetStream API takes it (UTC, `Z`); a naive time is taken as UTC."""
+    aware = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    return aware.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def moment(text: str | None) -> datetime | None:
+    """An RFC 3339 time from the JetStream API (nanoseconds cut to micro), or None."""
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return None
 
 
 def stream_config(spec: StreamSpec) -> api.StreamConfig:

@@ -54,3 +54,24 @@ class ConsumerState:
     waiting: int  # pull requests waiting: a rough count of idle workers
     ack_wait: float
     max_deliver: int
+    paused: bool = False  # the server holds deliveries back (consumer pause, ADR-48)
+    pause_until: datetime | None = None  # when that pause ends by itself (None: not paused)
+
+
+@dataclass(frozen=True)
+class ConsumerPause:
+    """A consumer's pause after a pause or resume request: `until` is set while paused."""
+
+    paused: bool
+    until: datetime | None
+
+
+@dataclass(frozen=True)
+class KVEntry:
+    """One value of a key-value bucket (`deleted`: a delete marker, or expired)."""
+
+    key: str
+    value: bytes
+    revision: int
+    created: datetime | None
+    deleted: bool = False

@@ -56,6 +56,11 @@ class Names:
     # queues: one stream per queue, or per partition (`partition` 0..N-1) when partitioned.
     # Partitions use their own subject roots (`p`, `ps`) so that no partition stream overlaps
     # the queue's unpartitioned stream: both may exist while a queue changes its layout.
+    @property
+    def every_subject(self) -> str:
+        """A filter over every subject of this prefix (its queues, schedules, DLQ)."""
+        return f"{self.prefix}.>"
+
     def queue_stream(self, queue: str, partition: int | None = None) -> str:
         base = f"{self._up}_Q_{queue.upper()}"
         return base if partition is None else f"{base}_P{partition}"
@@ -157,3 +162,15 @@ class Names:
     @property
     def blobs_bucket(self) -> str:
         return f"{self._up}_BLOBS"
+
+    @property
+    def workers_bucket(self) -> str:
+        return f"{self._up}_WORKERS"
+
+    @property
+    def cancels_bucket(self) -> str:
+        return f"{self._up}_CANCELS"
+
+    @property
+    def progress_bucket(self) -> str:
+        return f"{self._up}_PROGRESS"

@@ -67,7 +67,7 @@ def check_partitions(queue: str, partitions: object) -> int:
 async def queues_on_server(connection: Connection, names: Names) -> dict[str, list[Part]]:
     """Every queue of this prefix with the streams it has on the server: None for the
     unpartitioned stream, numbers for partitions (read from the streams' subjects)."""
-    return queues_in(await connection.streams.listing(), names)
+    return queues_in(await connection.streams.listing(names.every_subject), names)
 
 
 def queues_in(listing: dict[str, tuple[str, ...]], names: Names) -> dict[str, list[Part]]:

@@ -134,8 +134,30 @@ def events_consumer(names: Names) -> ConsumerSpec:
     )
 
 
+RESULT_HISTORY = 16  # a retried task's earlier records are its attempts (`taskq task ID`)
+
+
 def results_bucket(names: Names, settings: Settings) -> BucketSpec:
-    return BucketSpec(names.results_bucket, ttl=settings.results_ttl, replicas=settings.replicas)
+    return BucketSpec(
+        names.results_bucket,
+        ttl=settings.results_ttl,
+        history=RESULT_HISTORY,
+        replicas=settings.replicas,
+    )
+
+
+def workers_bucket(names: Names, settings: Settings) -> BucketSpec:
+    """Live workers: a heartbeat per worker process; a killed one ages out in 3 beats."""
+    return BucketSpec(names.workers_bucket, ttl=3 * settings.heartbeat, replicas=settings.replicas)
+
+
+def cancels_bucket(names: Names, settings: Settings) -> BucketSpec:
+    """Cancel requests, kept as long as results: a task delivered later still sees them."""
+    return BucketSpec(names.cancels_bucket, ttl=settings.results_ttl, replicas=settings.replicas)
+
+
+def progress_bucket(names: Names, settings: Settings) -> BucketSpec:
+    return BucketSpec(names.progress_bucket, ttl=settings.results_ttl, replicas=settings.replicas)
 
 
 def flows_bucket(names: Names, settings: Settings) -> BucketSpec:

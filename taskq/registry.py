@@ -1,0 +1,121 @@
+"""The worker registry: one heartbeat record per live worker process, in the
+`<PREFIX>_WORKERS` key-value bucket (`taskq workers`).
+
+A worker writes its record every `settings.heartbeat` seconds and deletes it when it stops;
+the bucket's TTL (three beats) removes the record of one that was killed. A beat is one
+write whatever the task rate: the record lists the tasks running at that moment.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from datetime import UTC, datetime
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from taskq.client import Client, ClientSource
+from taskq.envelope import format_time, now_iso, parse_time
+from taskq.retrying import retry_transient
+from taskq.topology.specs import workers_bucket
+
+
+def worker_name() -> str:
+    """This process, as named in the records it writes (`host:pid`)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class RunningTask(BaseModel):
+    """A task a worker is running, as its last heartbeat saw it."""
+
+    id: str
+    task: str
+    queue: str
+    attempt: int
+    started_at: str
+
+
+class WorkerRecord(BaseModel):
+    """One worker process as it described itself at its last heartbeat."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    host: str
+    pid: int
+    version: str
+    queues: list[str]
+    concurrency: int
+    pool_size: int | None = None
+    started_at: str
+    heartbeat_at: str
+    counts: dict[str, int] = Field(default_factory=dict)
+    running: list[RunningTask] = Field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return key_for(self.id)
+
+    def uptime(self, now: datetime | None = None) -> float:
+        return _age(self.started_at, now)
+
+    def heartbeat_age(self, now: datetime | None = None) -> float:
+        return _age(self.heartbeat_at, now)
+
+
+def key_for(worker_id: str) -> str:
+    """A KV key for a worker id (`host:pid` holds a colon, which keys may not)."""
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in worker_id)
+
+
+def started_record(
+    queues: list[str], concurrency: int, pool_size: int | None, version: str
+) -> WorkerRecord:
+    """This process's record at start-up (the heartbeat refreshes counts and running)."""
+    now = now_iso()
+    return WorkerRecord(
+        id=worker_name(),  # as DLQ records and task stories name it
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        version=version,
+        queues=queues,
+        concurrency=concurrency,
+        pool_size=pool_size,
+        started_at=now,
+        heartbeat_at=now,
+    )
+
+
+async def ensure_workers(client: Client) -> None:
+    spec = workers_bucket(client.names, client.settings)
+    await retry_transient(lambda: client.connection.kv.ensure(spec), what="workers bucket set-up")
+
+
+async def list_workers(source: ClientSource) -> list[WorkerRecord]:
+    """Every live worker, oldest first."""
+    client = await source.client()
+    await ensure_workers(client)
+    found = []
+    for entry in await client.connection.kv.entries(client.names.workers_bucket):
+        try:
+            found.append(WorkerRecord.model_validate_json(entry.value))
+        except ValidationError:
+            continue  # a foreign value: not a worker
+    return sorted(found, key=lambda w: w.started_at)
+
+
+async def running_on(source: ClientSource, task_id: str) -> str:
+    """The id of the worker whose last heartbeat listed `task_id` as running ("" if none)."""
+    for worker in await list_workers(source):
+        if any(r.id == task_id for r in worker.running):
+            return worker.id
+    return ""
+
+
+def _age(text: str, now: datetime | None) -> float:
+    return max(0.0, ((now or datetime.now(UTC)) - parse_time(text)).total_seconds())
+
+
+def stamp(seconds: float) -> str:
+    """A wall-clock time (`time.time()`) as written in records."""
+    return format_time(datetime.fromtimestamp(seconds, UTC))

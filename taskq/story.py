@@ -1,0 +1,148 @@
+"""A task's whole story by id (`taskq task ID`): what the server already holds, put together.
+
+Nothing is written for it beyond what running a task writes anyway: the results bucket's
+history of the task's key holds one record per settled attempt (which worker, when, how it
+ended) and the call itself; the queue stream holds a task still waiting (or running); the
+registry names the worker running it; the progress bucket its last report; the DLQ its dead
+letter. Attempts whose worker died left no record: their numbers are missing from the list.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from taskq.client import Client, ClientSource
+from taskq.envelope import MSG_ID
+from taskq.locate import Waiting, find_waiting
+from taskq.progress import Progress, latest
+from taskq.registry import running_on
+from taskq.results import FINAL, ResultRecord, ensure_results, key_for
+
+
+@dataclass
+class Attempt:
+    """One settled attempt, from its result record."""
+
+    number: int
+    state: str
+    worker: str
+    started_at: str | None
+    ended_at: str
+    error: dict[str, str] | None = None
+
+
+@dataclass
+class TaskStory:
+    """Everything known about one task."""
+
+    id: str
+    task: str = ""
+    queue: str = ""
+    state: str = "queued"  # queued, delayed, running, failed (retrying), or a final state
+    args: list[Any] | None = None
+    kwargs: dict[str, Any] | None = None
+    enqueued_at: str | None = None
+    due: str = ""  # a delayed task's schedule
+    running_on: str = ""
+    attempts: list[Attempt] = field(default_factory=list)
+    progress: dict[str, Any] | None = None
+    result: Any = None
+    error: dict[str, str] | None = None
+    reason: str = ""
+    dead_letter: dict[str, Any] | None = None
+    workflow: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+async def story(source: ClientSource, task_id: str) -> TaskStory | None:
+    """The task's story, or None when nothing anywhere knows this id."""
+    client = await source.client()
+    await ensure_results(client)
+    records = await _records(client, task_id)
+    final = records[-1] if records and records[-1].state in FINAL else None
+    waiting = None if final is not None else await find_waiting(client, task_id)
+    if not records and waiting is None:
+        return None
+    told = TaskStory(
+        task_id, attempts=[_attempt(r) for r in records if r.state != "cancelled" or r.worker]
+    )
+    _from_records(told, records)
+    if waiting is not None:
+        _from_waiting(told, waiting)
+        told.running_on = await running_on(client, task_id)
+        told.state = "running" if told.running_on else told.state
+    report = await latest(client, task_id)
+    told.progress = report.model_dump() if isinstance(report, Progress) else None
+    if told.state == "dead":
+        told.dead_letter = await _dead_letter(client, told)
+    return told
+
+
+async def _records(client: Client, task_id: str) -> list[ResultRecord]:
+    history = await client.connection.kv.history(client.names.results_bucket, key_for(task_id))
+    found = []
+    for entry in history:
+        if not entry.deleted:
+            try:
+                found.append(ResultRecord.model_validate_json(entry.value))
+            except ValueError:
+                continue
+    return found
+
+
+def _attempt(record: ResultRecord) -> Attempt:
+    return Attempt(
+        record.attempts,
+        record.state,
+        record.worker,
+        record.started_at,
+        record.updated_at,
+        record.error,
+    )
+
+
+def _from_records(told: TaskStory, records: list[ResultRecord]) -> None:
+    for record in records:  # oldest first: the latest says most
+        told.task = record.task or told.task
+        told.queue = record.queue or told.queue
+        told.args = record.args if record.args is not None else told.args
+        told.kwargs = record.kwargs if record.kwargs is not None else told.kwargs
+        told.enqueued_at = record.enqueued_at or told.enqueued_at
+        told.workflow = record.workflow or told.workflow
+    if records:
+        last = records[-1]
+        told.state, told.result, told.error, told.reason = (
+            last.state,
+            last.result,
+            last.error,
+            last.reason,
+        )
+
+
+def _from_waiting(told: TaskStory, waiting: Waiting) -> None:
+    told.queue = waiting.queue
+    if told.state not in ("failed",):
+        told.state = waiting.where
+    told.due = waiting.due
+    envelope = waiting.envelope
+    if envelope is not None:
+        told.task, told.args, told.kwargs = envelope.task, envelope.args, envelope.kwargs
+        told.enqueued_at = envelope.enqueued_at
+        final = getattr(envelope.flow, "final", None)
+        told.workflow = str(final) if final and final != told.id else told.workflow
+
+
+async def _dead_letter(client: Client, told: TaskStory) -> dict[str, Any] | None:
+    names = client.names
+    subject = names.dlq_filter_for(told.queue or None, told.task or None)
+    wanted = f"{told.id}.dead."
+    async for stored in client.connection.messages.read(names.dlq_stream, subject):
+        if stored.headers.get(MSG_ID, "").startswith(wanted):
+            letter: dict[str, Any] = json.loads(stored.data)
+            letter["seq"] = stored.seq
+            return letter
+    return None

@@ -1,0 +1,43 @@
+"""Following cancel requests: the ids every worker must not run, and running ones to stop.
+
+The worker follows the `<PREFIX>_CANCELS` bucket from before its first fetch: the current
+requests arrive first, then new ones as they are made, so a check per delivery is a set
+lookup, never a round trip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from taskq.cancels import ensure_cancels
+from taskq.client import Client
+from taskq.nats import KVEntry
+from taskq.results import key_for
+
+
+class CancelWatch:
+    """The cancel requests in force; `on_cancel(key)` is called for each new one."""
+
+    def __init__(self, on_cancel: Callable[[str], None]) -> None:
+        self._on_cancel = on_cancel
+        self._keys: set[str] = set()
+        self._stop: Callable[[], Awaitable[None]] | None = None
+
+    async def start(self, client: Client) -> None:
+        """Load the requests in force, then keep following (returns once loaded)."""
+        await ensure_cancels(client)
+        self._stop = await client.connection.kv.follow(client.names.cancels_bucket, self._seen)
+
+    def requested(self, task_id: str) -> bool:
+        return bool(self._keys) and key_for(task_id) in self._keys
+
+    def _seen(self, entry: KVEntry) -> None:
+        if entry.deleted:
+            self._keys.discard(entry.key)
+            return
+        self._keys.add(entry.key)
+        self._on_cancel(entry.key)
+
+    async def close(self) -> None:
+        if self._stop is not None:
+            await self._stop()

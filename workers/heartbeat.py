@@ -1,0 +1,57 @@
+"""The worker's heartbeat in the registry (`taskq workers`): one write per interval,
+whatever the task rate, and a delete when the worker stops."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from taskq.client import Client
+from taskq.envelope import now_iso
+from taskq.errors import TaskqError
+from taskq.registry import RunningTask, WorkerRecord, ensure_workers
+
+log = logging.getLogger("taskq.worker")
+LISTED = 1000  # running tasks named in one beat, at most (the record stays small)
+
+
+class Heartbeat:
+    """Writes `record` refreshed with `counts()` and `running()` every `interval` seconds."""
+
+    def __init__(
+        self,
+        client: Client,
+        record: WorkerRecord,
+        counts: Callable[[], dict[str, int]],
+        running: Callable[[], list[RunningTask]],
+    ) -> None:
+        self._client = client
+        self.record = record
+        self._counts = counts
+        self._running = running
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        """Beat until `stopping` is set, then remove the record."""
+        bucket = self._client.names.workers_bucket
+        with contextlib.suppress(TaskqError):
+            await ensure_workers(self._client)
+        try:
+            while not stopping.is_set():
+                await self._beat(bucket)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stopping.wait(), self._client.settings.heartbeat)
+        finally:
+            with contextlib.suppress(TaskqError):
+                await self._client.connection.kv.delete(bucket, self.record.key)
+
+    async def _beat(self, bucket: str) -> None:
+        self.record.heartbeat_at = now_iso()
+        self.record.counts = self._counts()
+        self.record.running = self._running()[:LISTED]
+        body = self.record.model_dump_json().encode()
+        try:
+            await self._client.connection.kv.put(bucket, self.record.key, body)
+        except TaskqError as exc:  # a missed beat is survivable: the TTL spans three
+            log.warning("heartbeat not stored: %s", exc)
