@@ -1,5 +1,7 @@
-"""The app of the CPU-bound benchmark (`bench/processes.py`): one pure-Python task of
-about 20 ms, once as a plain `def` (threads) and once on the process pool."""
+"""The app of the CPU-bound benchmark (`bench/processes.py`): one pure-Python task of a
+fixed amount of work (about 20 ms on one core), once as a plain `def` (threads) and once on
+the process pool. A fixed amount of work, not a wall-clock deadline: threads sharing the GIL
+would each stop on time having done less."""
 
 from __future__ import annotations
 
@@ -10,20 +12,27 @@ from taskq import App
 app = App()
 
 
-def spin(seconds: float) -> int:
-    """Pure-Python work that holds the GIL for `seconds`."""
-    deadline = time.perf_counter() + seconds
-    n = 0
-    while time.perf_counter() < deadline:
-        n += 1
-    return n
+def crunch(rounds: int) -> int:
+    """Pure-Python work: `rounds` iterations holding the GIL throughout."""
+    total = 0
+    for i in range(rounds):
+        total += i * i % 7
+    return total
+
+
+def rounds_for(seconds: float) -> int:
+    """How many `crunch` rounds take about `seconds` on one core of this machine."""
+    probe = 200_000
+    started = time.perf_counter()
+    crunch(probe)
+    return max(1, int(probe * seconds / (time.perf_counter() - started)))
 
 
 @app.task(queue="threads")
-def in_thread(seconds: float) -> None:
-    spin(seconds)
+def in_thread(rounds: int) -> None:
+    crunch(rounds)
 
 
 @app.task(queue="procs", executor="process")
-def in_process(seconds: float) -> None:
-    spin(seconds)
+def in_process(rounds: int) -> None:
+    crunch(rounds)

@@ -31,8 +31,9 @@ MODES = {
 }
 
 
-async def measure(url: str, task: str, args: list[str], n: int, seconds: float) -> float:
-    """Tasks/s for one worker command to run `n` tasks enqueued after it is ready."""
+async def measure(url: str, task: str, args: list[str], n: int, rounds: int) -> float:
+    """Tasks/s for one worker command to run `n` tasks of `rounds` enqueued after it is
+    ready."""
     from bench import cpu
 
     prefix = fresh_prefix()
@@ -45,7 +46,7 @@ async def measure(url: str, task: str, args: list[str], n: int, seconds: float) 
         stream = cpu.app.names.queue_stream(fn.queue)
         broker = (await cpu.app.client()).connection
         started = time.perf_counter()
-        await fn.enqueue_many([(seconds,)] * n)
+        await fn.enqueue_many([(rounds,)] * n)
         deadline = time.monotonic() + 600
         while await remaining(broker, [stream]) > 0:
             if time.monotonic() > deadline:
@@ -80,14 +81,17 @@ def stop(worker: subprocess.Popen[str]) -> None:
 
 
 async def main(n: int, seconds: float, runs: int) -> dict[str, float]:
+    from bench.cpu import rounds_for
+
     rates: dict[str, list[float]] = {mode: [] for mode in MODES}
+    rounds = rounds_for(seconds)  # the same work in every mode
     with (
         tempfile.TemporaryDirectory() as store,
         EmbeddedServer(store_dir=Path(store)) as server,
     ):
         for _ in range(runs):
             for mode, (task, args) in MODES.items():
-                rates[mode].append(await measure(server.url, task, args, n, seconds))
+                rates[mode].append(await measure(server.url, task, args, n, rounds))
     return {mode: statistics.median(values) for mode, values in rates.items()}
 
 

@@ -180,6 +180,16 @@ def ended(exitcode: int | None) -> str:
         return f"exited with signal {-exitcode}"
 
 
+class PoolStartError(TaskqError):
+    """A pool process of `executor="process"` tasks could not start: its task module did
+    not import, a start hook failed, or it did not answer within `timeout` seconds."""
+
+    def __init__(self, pid: int | None, detail: str) -> None:
+        self.pid = pid
+        self.detail = detail
+        super().__init__(f"pool process (pid {pid}) did not start: {detail}")
+
+
 class Unpicklable(TaskqError, TypeError):
     """An `executor="process"` task's arguments or result (`what`) cannot cross to or from
     its pool process. Permanent: another attempt would fail the same way."""

@@ -13,7 +13,7 @@ from taskq import App
 from taskq.dlq.browse import list_dead
 from taskq.errors import ConfigError, TaskFailed
 from tests.apps import cpu
-from tests.conftest import running_worker, wait_until
+from tests.conftest import run_cli, running_worker, wait_until
 
 
 def ledger(tmp_path: Path) -> list[list[str]]:
@@ -148,3 +148,12 @@ async def test_recycling_limits_replace_pool_processes_without_losing_a_task(
     # two calls per process: a, a, b, b, c
     assert pids[0] == pids[1] != pids[2] == pids[3] != pids[4], pids
     assert worker.stats["succeeded"] == 5 and worker.stats["retried"] == 0
+
+
+def test_a_pool_process_that_cannot_start_stops_the_worker_with_one_line(
+    nats_url: str, prefix: str
+) -> None:
+    result = run_cli(nats_url, prefix, "worker", "tests.apps.poolfail:app", timeout=90)
+    assert result.returncode == 1, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("taskq: error: pool process (pid ") and "no database here" in last, last

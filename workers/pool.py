@@ -22,7 +22,13 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from taskq.context import TaskContext
-from taskq.errors import HookError, ProcessCrashed, RemoteItemError, TaskTimeout, Unpicklable
+from taskq.errors import (
+    PoolStartError,
+    ProcessCrashed,
+    RemoteItemError,
+    TaskTimeout,
+    Unpicklable,
+)
 from taskq.task import Task
 from taskq.workers.execute import REMOTE_TRACE
 from taskq.workers.limits import Limits
@@ -33,6 +39,9 @@ log = logging.getLogger("taskq.worker")
 START_METHOD = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
 TERM_GRACE = 1.0  # seconds a child gets between SIGTERM and SIGKILL on a timeout
 STOP_GRACE = 5.0  # seconds an idle child gets to run its stop hooks on shutdown
+START_TIMEOUT = 60.0  # seconds a new child gets to import the tasks and run its start hooks
+# what usually keeps a child from answering: it re-imports the main module, which runs a worker
+_HANGS = "a script that runs a worker must do so under `if __name__ == '__main__':`"
 
 
 class Child:
@@ -40,6 +49,7 @@ class Child:
 
     def __init__(self, process: BaseProcess, conn: Connection) -> None:
         self.process = process
+        self.pid = process.pid  # kept: a closed process object no longer says
         self.conn = conn
         self.exited = asyncio.Event()
         self._replies: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
@@ -49,9 +59,6 @@ class Child:
         loop.add_reader(conn.fileno(), self._on_readable)
         loop.add_reader(process.sentinel, self._on_exit)
 
-    @property
-    def pid(self) -> int | None:
-        return self.process.pid
 
     async def reply(self) -> tuple[Any, ...]:
         """The child's next message; ("exited",) once it is gone."""
@@ -211,11 +218,14 @@ class ProcessPool:
         child_end.close()  # only the child holds its end: its exit reads as EOF here
         child = Child(process, parent_end)
         self._children.add(child)
-        first = await child.reply()
+        try:
+            first = await asyncio.wait_for(child.reply(), START_TIMEOUT)
+        except TimeoutError:
+            first = ("silent", f"no answer within {START_TIMEOUT:.0f}s ({_HANGS})")
         if first[0] != "ready":
             await self._discard(child)
-            detail = first[1] if len(first) > 1 else "exited before it was ready"
-            raise HookError("start", "pool process", RuntimeError(detail))
+            detail = first[1] if len(first) > 1 else "it exited before it was ready"
+            raise PoolStartError(child.pid, detail)
         return child
 
     async def _retire(self, child: Child) -> None:
