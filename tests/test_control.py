@@ -252,3 +252,13 @@ async def test_cancel_requests_survive_a_worker_restart(app: App) -> None:
     async with running_worker(app) as worker:  # a new worker loads the requests in force
         await wait_until(lambda: worker.stats["cancelled"] == 1, timeout=10)
     assert ran == []
+
+
+async def test_cancel_sync_from_plain_code(app: App) -> None:
+    @app.task
+    async def later() -> None: ...
+
+    handle = await later.enqueue()
+    report = await asyncio.to_thread(handle.cancel_sync)  # as a Django view would call it
+    assert (report.outcome, report.state) == ("cancelled", "queued")
+    assert await handle.status() == "cancelled"

@@ -59,7 +59,6 @@ class Child:
         loop.add_reader(conn.fileno(), self._on_readable)
         loop.add_reader(process.sentinel, self._on_exit)
 
-
     async def reply(self) -> tuple[Any, ...]:
         """The child's next message; ("exited",) once it is gone."""
         return await self._replies.get()
