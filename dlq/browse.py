@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from pydantic import ValidationError
@@ -27,11 +27,19 @@ class Filters:
     task: str | None = None
     reason: str | None = None
     since: float | None = None  # seconds: only records that failed within this window
+    until: float | None = None  # seconds: only records that failed at least this long ago
+    text: str | None = None  # only records whose error (type, message, traceback) holds it
 
     @property
     def empty(self) -> bool:
         """True when nothing is filtered out."""
-        return not (self.queue or self.task or self.reason or self.since)
+        return self.by_subject and not (self.queue or self.task)
+
+    @property
+    def by_subject(self) -> bool:
+        """True when the subject filter alone selects the records (no filter on their
+        content), so the server can count them."""
+        return not (self.reason or self.since or self.until or self.text)
 
     def subject(self, names: Names) -> str:
         """The narrowest subject filter: queue and task are subject tokens."""
@@ -41,9 +49,20 @@ class Filters:
         """Whether `record` passes the filters the subject cannot express (at time `now`)."""
         if self.reason and record.reason != self.reason:
             return False
-        if self.since is not None:
-            return parse_time(record.failed_at).timestamp() >= now - self.since
-        return True
+        if self.text and not _mentions(record, self.text):
+            return False
+        if self.since is None and self.until is None:
+            return True
+        age = now - parse_time(record.failed_at).timestamp()
+        return (self.since is None or age <= self.since) and (
+            self.until is None or age >= self.until
+        )
+
+
+def _mentions(record: DeadLetter, text: str) -> bool:
+    """Whether the record's error holds `text` (case-insensitive)."""
+    error = record.error
+    return text.casefold() in f"{error.type}: {error.message}\n{error.traceback}".casefold()
 
 
 def parse(stored: StoredMessage) -> DeadLetter:
@@ -53,16 +72,21 @@ def parse(stored: StoredMessage) -> DeadLetter:
 
 
 async def iter_stored(
-    source: ClientSource, filters: Filters | None = None
+    source: ClientSource,
+    filters: Filters | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> AsyncIterator[tuple[StoredMessage, DeadLetter]]:
     """Matching DLQ messages with their records, oldest first. Unreadable messages are
-    skipped with a warning; no DLQ stream yet means nothing has ever died."""
+    skipped with a warning; no DLQ stream yet means nothing has ever died. `progress(1)` is
+    called for every message read (matching or not: `count_stored` is the total)."""
     filters = filters or Filters()
     client = await source.client()
     now = time.time()
     reader = client.connection.messages.read(client.names.dlq_stream, filters.subject(client.names))
     try:
         async for stored in reader:
+            if progress:
+                progress(1)
             try:
                 record = parse(stored)
             except ValidationError as exc:
@@ -72,6 +96,18 @@ async def iter_stored(
                 yield stored, record
     except NotFound:
         return
+
+
+async def count_stored(source: ClientSource, filters: Filters | None = None) -> int:
+    """How many DLQ messages `iter_stored` reads for `filters` (those on its subjects)."""
+    client = await source.client()
+    names = client.names
+    subject = (filters or Filters()).subject(names)
+    try:
+        state = await client.connection.streams.state(names.dlq_stream, subjects_filter=subject)
+    except NotFound:
+        return 0
+    return sum(state.subjects.values())
 
 
 async def iter_dead(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from taskq.client import ClientSource
 from taskq.dlq.oversize import discard_blob
@@ -18,8 +18,13 @@ async def purge_all(source: ClientSource) -> int:
     return await client.connection.messages.purge(client.names.dlq_stream)
 
 
-async def purge(source: ClientSource, records: Iterable[DeadLetter]) -> int:
-    """Delete the given records; returns how many were deleted."""
+async def purge(
+    source: ClientSource,
+    records: Iterable[DeadLetter],
+    progress: Callable[[int], None] | None = None,
+) -> int:
+    """Delete the given records; returns how many were deleted. `progress(n)` is called
+    after each chunk with the number of records it handled."""
     client = await source.client()
     stream = client.names.dlq_stream
     doomed = list(records)
@@ -32,4 +37,6 @@ async def purge(source: ClientSource, records: Iterable[DeadLetter]) -> int:
         deleted += sum(1 for ok in results if ok)
         for record in chunk:
             await discard_blob(client, record)
+        if progress:
+            progress(len(chunk))
     return deleted

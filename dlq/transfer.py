@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,10 +33,15 @@ class ImportFormatError(TaskqError, ValueError):
         super().__init__(f"line {line}: {reason}")
 
 
-async def export_lines(source: ClientSource, filters: Filters | None = None) -> AsyncIterator[str]:
-    """One JSON line per matching dead letter, oldest first."""
+async def export_lines(
+    source: ClientSource,
+    filters: Filters | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> AsyncIterator[str]:
+    """One JSON line per matching dead letter, oldest first (`progress` as for
+    `iter_stored`: one per message read)."""
     client = await source.client()
-    async for stored, record in iter_stored(client, filters):
+    async for stored, record in iter_stored(client, filters, progress):
         line: dict[str, Any] = {
             "v": FORMAT,
             "subject": stored.subject,
@@ -90,13 +95,19 @@ async def import_lines(source: ClientSource, lines: Iterable[str]) -> int:
     return await import_parsed(source, parse_lines(lines))
 
 
-async def import_parsed(source: ClientSource, parsed: list[ExportLine]) -> int:
-    """`import_lines` for lines already checked with `parse_lines`."""
+async def import_parsed(
+    source: ClientSource,
+    parsed: list[ExportLine],
+    progress: Callable[[int], None] | None = None,
+) -> int:
+    """`import_lines` for lines already checked with `parse_lines`; `progress(1)` per line."""
     client = await source.client()
     await ensure_dlq(client)
     added = 0
     for line in parsed:
         added += await _import_one(client, line)
+        if progress:
+            progress(1)
     return added
 
 

@@ -161,6 +161,7 @@ class App:
         _check_executor(task_name, fn, executor, batch)
         spec = _spec(task_name, queue, executor, batch, options)
         task: Task[Any, Any] = Task(self, fn, spec)
+        _check_flow(task, self.settings.duplicate_window)
         self.tasks[task_name] = task
         return task
 
@@ -283,6 +284,20 @@ def _check_executor(
         raise ConfigError(
             f"task {name!r}: a process task must be defined at module level "
             "(pool processes import it by module and name)"
+        )
+
+
+def _check_flow(task: Task[Any, Any], duplicate_window: float) -> None:
+    """Limits a task cannot have: on batch items (no judge per item), or with a lease so
+    long that a held task's crash-window check outlives the dedup window it relies on."""
+    if task.flow is None:
+        return
+    if task.batch is not None:
+        raise ConfigError(f"task {task.name!r}: batch tasks take no concurrency or rate limits")
+    if task.ack_wait > duplicate_window / 2:
+        raise ConfigError(
+            f"task {task.name!r}: a task with limits needs ack_wait <= duplicate_window / 2 "
+            f"({duplicate_window / 2:g}s), not {task.ack_wait:g}s (docs/flow-control.md)"
         )
 
 

@@ -52,6 +52,7 @@ class Client:
         self._partitions: dict[str, int] = {}  # learned from the server
         self._laid_out: dict[str, int] = {}  # every stream of the layout ensured
         self._placement = Placement()
+        self.ensured: set[str] = set()  # other objects made on this connection (flow control)
 
     @classmethod
     async def connect(cls, settings: Settings, declared: Mapping[str, int] | None = None) -> Client:
@@ -85,7 +86,8 @@ class Client:
         # operators create streams and apply config drift); a missing stream is created.
         subjects = await self.connection.streams.subjects(spec.name)
         check_owner(spec, subjects)
-        if subjects is None:
+        if subjects is None or not set(spec.subjects) <= set(subjects):
+            # missing, or made by an older taskq without some of our subjects (lanes)
             await self.connection.streams.ensure(spec)
         self._ready.add((queue, partition))
 
@@ -124,9 +126,18 @@ class Client:
         id is `fresh` (never published before)."""
         return await self.place(queue, key if key is not None else None if fresh else msg_id)
 
-    def placed(self, envelope: Envelope, queue: str, part: Part) -> Envelope:
-        """`envelope` addressed to `queue` (and partition `part`): `queue` and `subject` set."""
-        subject = self.names.queue_subject(queue, envelope.task, part)
+    def placed(
+        self, envelope: Envelope, queue: str, part: Part, lane: bool = False, level: int = 5
+    ) -> Envelope:
+        """`envelope` addressed to `queue` (and partition `part`): `queue` and `subject` set.
+        `lane`: to the task's concurrency lane (a task with `max_concurrency`); `level`: a
+        priority other than the default 5 goes to that level's subject."""
+        if lane:
+            subject = self.names.lane_subject(queue, envelope.task, part)
+        elif level != 5:
+            subject = self.names.rank_subject(queue, level, envelope.task, part)
+        else:
+            subject = self.names.queue_subject(queue, envelope.task, part)
         return replace(envelope, queue=queue, subject=subject)
 
     async def publish_envelope(

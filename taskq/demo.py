@@ -22,6 +22,7 @@ from taskq.errors import TaskqError
 from taskq.server import EmbeddedServer
 
 DEADLINE = 180.0
+DASHBOARD_PORT = 8787
 SPARK_ITEMS = 1000
 
 
@@ -82,8 +83,9 @@ def spark_problem() -> str | None:
     return None
 
 
-def run_demo(burst: int, spark: bool = True) -> int:
-    """Run the demo; returns the process exit code."""
+def run_demo(burst: int, spark: bool = True, dashboard: int | None = None) -> int:
+    """Run the demo; returns the process exit code. With `dashboard` (a port), the system
+    keeps running afterwards, served by `taskq dashboard` on that port, until Ctrl-C."""
     logging.getLogger("taskq").setLevel(logging.CRITICAL)
     logging.getLogger("py4j").setLevel(logging.CRITICAL)
     problem = spark_problem() if spark else "--no-spark"
@@ -93,20 +95,36 @@ def run_demo(burst: int, spark: bool = True) -> int:
         click.echo(f"  server   {server.url} (store {store})")
         if problem is not None:
             click.echo(f"  spark    skipped: {problem}")
+        app = build_app(server.url, spark=problem is None)
         try:
-            return asyncio.run(_demo(build_app(server.url, spark=problem is None), burst))
+            return asyncio.run(_demo(app, burst, dashboard))
         except TaskqError as exc:
             click.echo(f"taskq demo failed: {exc}", err=True)
             return 1
 
 
-async def _demo(app: App, burst: int) -> int:
+async def _demo(app: App, burst: int, dashboard: int | None) -> int:
     from taskq.workers import Worker
 
     worker = Worker(app, concurrency=32)
     running = asyncio.create_task(worker.run())
     await worker.wait_ready()
     click.echo("  worker   started in this process (concurrency 32)")
+    try:
+        ok = await _tasks(app, worker, burst)
+        if dashboard is not None:
+            await _live_dashboard(app, dashboard)
+        else:
+            _dashboard_hint()
+    finally:
+        worker.stop()
+        await running
+        await app.aclose()
+    return 0 if ok else 1
+
+
+async def _tasks(app: App, worker: Any, burst: int) -> bool:
+    """Every stage of the demo, then the summary; whether everything settled in time."""
     ok = await _first_tasks(app, worker)
     spark_line = await _spark_stage(app, worker) if "word_score" in app.tasks else None
     ok = ok and spark_line is not False
@@ -121,21 +139,53 @@ async def _demo(app: App, burst: int) -> int:
     from taskq.queue_stats import snapshot
 
     queues = table(await snapshot(app, None, 0))
-    worker.stop()
-    await running
-    await app.aclose()
-    _summary(
-        worker.stats,
-        dead,
-        burst,
-        enqueue_s,
-        drain_s,
-        spark_line if isinstance(spark_line, str) else None,
-    )
+    line = spark_line if isinstance(spark_line, str) else None
+    _summary(worker.stats, dead, burst, enqueue_s, drain_s, line)
     click.echo("")
     click.echo("queues (taskq queues)")
     click.echo(queues)
-    return 0 if ok else 1
+    return ok
+
+
+def _dashboard_hint() -> None:
+    from taskq.cli.dashboard import installed
+
+    if installed():
+        click.echo("")
+        click.echo(
+            "dashboard: `taskq demo --dashboard` keeps this system running and serves it at "
+            f"http://127.0.0.1:{DASHBOARD_PORT}/ (or run `taskq dashboard` beside your own)"
+        )
+
+
+async def _live_dashboard(app: App, port: int) -> None:
+    """Serve the dashboard over this demo's server until Ctrl-C, with a trickle of tasks
+    (now and then one that dies) so that its pages move."""
+    from taskq.dashboard.config import DashboardConfig
+    from taskq.dashboard.serve import address, listen, serve
+
+    client = await app.client()
+    sock = listen("127.0.0.1", port)
+    click.echo("")
+    click.echo(
+        f"dashboard  {address(sock, '127.0.0.1')}  (the demo keeps running: Ctrl-C stops it)"
+    )
+    trickle = asyncio.create_task(_trickle(app))
+    try:
+        await serve(DashboardConfig(client.settings, port=port), client, sock)
+    finally:
+        trickle.cancel()
+        sock.close()
+
+
+async def _trickle(app: App) -> None:
+    n = 0
+    while True:
+        n += 1
+        await app.tasks["square"].enqueue(n % 10)
+        if n % 30 == 0:
+            await app.tasks["doomed"].enqueue(f"A-{1000 + n}")
+        await asyncio.sleep(0.5)
 
 
 async def _first_tasks(app: App, worker: Any) -> bool:

@@ -271,3 +271,14 @@ class UnknownQueue(NotFound):
     def __init__(self, queue: str) -> None:
         self.queue = queue
         super().__init__(f"no queue {queue!r} on the server")
+
+
+class TaskDropped(TaskqError):
+    """An enqueue was dropped by a `throttle=` window (`reason` says which; `kept` is the id
+    of the run that window keeps): raised by `handle.result()` of the dropped call."""
+
+    def __init__(self, task_id: str, reason: str, kept: str = "") -> None:
+        self.task_id = task_id
+        self.reason = reason
+        self.kept = kept
+        super().__init__(f"task {task_id} was dropped: {reason}")

@@ -27,7 +27,9 @@ class TaskHandle:
     """An enqueued task: its id, where it went, and whether the server saw it before.
 
     `duplicate` is True when the server's dedup window already held a message with the
-    same id (an idempotency key reused): nothing new was stored.
+    same id (an idempotency key reused), or a `unique_for`/`debounce` window already held
+    this call: nothing new was stored. `dropped` is True when a `throttle` window dropped
+    the call (its result says so: `result()` raises TaskDropped).
     """
 
     id: str
@@ -36,6 +38,7 @@ class TaskHandle:
     seq: int
     duplicate: bool = False
     app: HandleSource | None = field(default=None, compare=False, repr=False)
+    dropped: bool = False
 
     @classmethod
     def of(cls, published: Published, app: HandleSource) -> TaskHandle:
@@ -60,8 +63,8 @@ class TaskHandle:
         return self._app().portal.run(self.result(timeout))
 
     async def status(self) -> str:
-        """`queued` (no record yet), `failed` (retrying), `succeeded`, `dead` or
-        `cancelled`."""
+        """`queued` (no record yet), `failed` (retrying), `succeeded`, `dead`, `cancelled`
+        or `dropped`."""
         record = await fetch(self._app(), self.id)
         return record.state if record else "queued"
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from taskq.client import Client
 from taskq.envelope import MSG_ID, Envelope, decode
 from taskq.errors import DecodeError, TaskqError
+from taskq.flowcontrol.held import HELD, HELD_ROOT
+from taskq.flowcontrol.keys import token
 from taskq.nats import StoredMessage
 from taskq.schedules import SCHEDULE
 from taskq.topology.partitions import Part, queues_on_server
@@ -27,7 +29,8 @@ class Waiting:
     stream: str
     seq: int
     envelope: Envelope | None
-    due: str = ""  # the schedule's expression, for a delayed task
+    due: str = ""  # the schedule's expression, for a delayed (or held) task
+    held_by: str = ""  # the flow-control limit holding it back (where == "held")
 
 
 async def find_waiting(client: Client, task_id: str) -> Waiting | None:
@@ -35,7 +38,9 @@ async def find_waiting(client: Client, task_id: str) -> Waiting | None:
     on_server = await queues_on_server(client.connection, client.names)
     for queue, parts in on_server.items():
         for part in parts:
-            found = await _delayed(client, task_id, queue, part)
+            found = await _delayed(client, task_id, queue, part) or await _held(
+                client, task_id, queue, part
+            )
             if found is not None:
                 return found
     for queue, parts in on_server.items():
@@ -44,6 +49,22 @@ async def find_waiting(client: Client, task_id: str) -> Waiting | None:
             if found is not None:
                 return found
     return None
+
+
+async def waiting_with_prefix(client: Client, prefix: str) -> list[Waiting]:
+    """Every queued (or running) task whose id starts with `prefix`, such as a workflow's
+    steps (`<flow id>.`): one read of each queue stream."""
+    found = []
+    on_server = await queues_on_server(client.connection, client.names)
+    for queue, parts in on_server.items():
+        for part in parts:
+            stream = client.names.queue_stream(queue, part)
+            for subject in _task_filters(client, queue, part):
+                async for stored in client.connection.messages.scan(stream, subject):
+                    if stored.headers.get(MSG_ID, "").startswith(prefix):
+                        envelope = _envelope(stored, queue)
+                        found.append(Waiting("queued", queue, stream, stored.seq, envelope))
+    return found
 
 
 async def _delayed(client: Client, task_id: str, queue: str, part: Part) -> Waiting | None:
@@ -67,13 +88,46 @@ async def _delayed(client: Client, task_id: str, queue: str, part: Part) -> Wait
     )
 
 
+async def _held(client: Client, task_id: str, queue: str, part: Part) -> Waiting | None:
+    """A task held back by a flow-control limit (its schedule `held.<id>.<limit>`), or a
+    debounced one (its key's schedule holds its id)."""
+    names, messages = client.names, client.connection.messages
+    stream = names.queue_stream(queue, part)
+    subject = names.schedule_subject(queue, f"{HELD_ROOT}.{token(task_id)}.>", part)
+    stored = await messages.last(stream, subject)
+    if stored is None or stored.headers.get(HELD) is None:
+        async for stored in messages.scan(
+            stream, names.schedule_subject(queue, "debounce.>", part)
+        ):
+            envelope = _envelope(stored, queue)
+            if envelope is not None and envelope.id == task_id:
+                return Waiting(
+                    "delayed", queue, stream, stored.seq, envelope, stored.headers.get(SCHEDULE, "")
+                )
+        return None
+    envelope = _envelope(stored, queue)
+    due = stored.headers.get(SCHEDULE, "")
+    return Waiting("held", queue, stream, stored.seq, envelope, due, stored.headers[HELD])
+
+
 async def _queued(client: Client, task_id: str, queue: str, part: Part) -> Waiting | None:
     names = client.names
     stream = names.queue_stream(queue, part)
-    async for stored in client.connection.messages.scan(stream, names.queue_filter(queue, part)):
-        if stored.headers.get(MSG_ID) == task_id:
-            return Waiting("queued", queue, stream, stored.seq, _envelope(stored, queue))
+    for where in _task_filters(client, queue, part):
+        async for stored in client.connection.messages.scan(stream, where):
+            if stored.headers.get(MSG_ID) == task_id:
+                return Waiting("queued", queue, stream, stored.seq, _envelope(stored, queue))
     return None
+
+
+def _task_filters(client: Client, queue: str, part: Part) -> list[str]:
+    """Where a queue's tasks wait: its subject, its concurrency lanes, its priority levels."""
+    names = client.names
+    return [
+        names.queue_filter(queue, part),
+        names.lane_filter(queue, part),
+        names.rank_filter(queue, part),
+    ]
 
 
 def _envelope(stored: StoredMessage, queue: str) -> Envelope | None:

@@ -85,7 +85,22 @@ class Cancel:
     """Cancelled on request: record it, then remove the message (no retry, no dead letter)."""
 
 
-Decision = Ack | Nak | Dead | Cancel
+@dataclass(frozen=True)
+class Hold:
+    """Held back by a flow-control limit (never from `decide`): the message is stored again
+    as a schedule due at `until` (epoch seconds) on its limit's `group`, carrying its spent
+    attempts, and then acknowledged: no attempt is spent, nothing counts toward MaxDeliver
+    (taskq.flowcontrol.held). `done`: an earlier delivery already stored it; only ack."""
+
+    limit: str  # which limit, for people
+    group: str = ""
+    until: float = 0.0
+    target: str = ""  # where the held copy goes ("": where the delivery came from)
+    ticket: str = ""  # a rate-limit window reserved for it
+    done: bool = False
+
+
+Decision = Ack | Nak | Dead | Cancel | Hold
 
 
 def decide(policy: RetryPolicy, attempt: int, outcome: Outcome) -> Decision:

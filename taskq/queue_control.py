@@ -13,6 +13,7 @@ until `FOREVER`.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -100,12 +101,23 @@ async def resume_queue(source: ClientSource, queue: str) -> QueuePause:
     states = await asyncio.gather(
         *(streams.pause(names.queue_stream(queue, p), names.consumer(queue), None) for p in parts)
     )
+    await asyncio.gather(*(_side_consumers(client, queue, p, None) for p in parts))
     return _summary(queue, states)
+
+
+async def _side_consumers(client: Client, queue: str, part: Part, until: datetime | None) -> None:
+    """Pause (or resume) the queue's other consumers in one stream: its concurrency lanes
+    (`<queue>-c-...`) and priority levels (`<queue>-p<N>`), which deliver from it too."""
+    streams, stream = client.connection.streams, client.names.queue_stream(queue, part)
+    for durable in await streams.consumer_names(stream):
+        if durable.startswith(f"{queue}-"):
+            await streams.pause(stream, durable, until)
 
 
 async def _pause(client: Client, queue: str, part: Part, until: datetime) -> ConsumerPause | None:
     streams, names = client.connection.streams, client.names
     stream, durable = names.queue_stream(queue, part), names.consumer(queue)
+    await _side_consumers(client, queue, part, until)
     state = await streams.pause(stream, durable, until)
     if state is not None:
         return state
@@ -142,9 +154,15 @@ async def stored_tasks(source: ClientSource, queue: str, task: str | None = None
     return total
 
 
-async def purge_queue(source: ClientSource, queue: str, task: str | None = None) -> int:
+async def purge_queue(
+    source: ClientSource,
+    queue: str,
+    task: str | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> int:
     """Remove the tasks `queue` holds (of `task` only, if given) from every stream; returns
     how many. Schedules (delayed and periodic tasks) stay: see `taskq schedules rm`.
+    `progress(n)` is called after each stream (partition) with the number it removed.
 
     A task running meanwhile finishes, and its result is recorded; its message is gone
     already, so its ack is a no-op and a retry it asks for does not happen.
@@ -152,7 +170,10 @@ async def purge_queue(source: ClientSource, queue: str, task: str | None = None)
     client = await source.client()
     total = 0
     for stream, subject in await _targets(client, queue, task):
-        total += await client.connection.messages.purge(stream, subject)
+        purged = await client.connection.messages.purge(stream, subject)
+        total += purged
+        if progress:
+            progress(purged)
     return total
 
 
@@ -161,10 +182,15 @@ async def _targets(client: Client, queue: str, task: str | None) -> list[tuple[s
     if task is not None:
         check_task(task)
     names = client.names
-    return [
-        (
-            names.queue_stream(queue, part),
-            names.queue_subject(queue, task, part) if task else names.queue_filter(queue, part),
-        )
-        for part in await queue_parts(client, queue)
-    ]
+    targets = []
+    for part in await queue_parts(client, queue):
+        stream = names.queue_stream(queue, part)
+        if task:  # in the queue's subject, its concurrency lane, its priority levels
+            targets += [(stream, names.queue_subject(queue, task, part))]
+            targets += [(stream, names.lane_subject(queue, task, part))]
+            targets += [(stream, names.rank_subject(queue, "*", task, part))]
+        else:
+            targets += [(stream, names.queue_filter(queue, part))]
+            targets += [(stream, names.lane_filter(queue, part))]
+            targets += [(stream, names.rank_filter(queue, part))]
+    return targets

@@ -12,7 +12,8 @@ from typing import Any
 
 from taskq.client import Client, ClientSource
 from taskq.envelope import format_time
-from taskq.errors import NotFound
+from taskq.errors import NotFound, PermissionDenied
+from taskq.flowcontrol.held import held_limit
 from taskq.queue_control import FOREVER, ends
 from taskq.topology.partitions import Part, parts_on_server, queues_on_server
 
@@ -32,6 +33,8 @@ class QueueStats:
     settled_per_s: float = 0.0
     paused: bool = False  # workers receive nothing new (`taskq queues pause`)
     paused_until: str | None = None  # when the pause ends by itself (None: until resumed)
+    held: int = 0  # tasks held back by a flow-control limit (docs/flow-control.md)
+    held_by: dict[str, int] = field(default_factory=dict)  # ...per limit: `rate_limit notify`
     _last_seq: int = 0
     _messages: int = 0
     _pause_end: datetime | None = None  # FOREVER for a pause until resumed
@@ -61,34 +64,50 @@ async def queue_stats(
 async def _stream_stats(client: Client, queue: str, part: Part) -> QueueStats:
     streams, names = client.connection.streams, client.names
     stream = names.queue_stream(queue, part)
-    state = await streams.state(stream, subjects_filter=names.queue_filter(queue, part))
-    try:
-        consumer = await streams.consumer_state(stream, names.consumer(queue))
-        pending, ack_pending = consumer.pending, consumer.ack_pending
-        redelivered, pulls = consumer.redelivered, consumer.waiting
-        pause_end = (consumer.pause_until or FOREVER) if consumer.paused else None
-    except NotFound:  # no worker has ever run: everything stored is waiting
-        pending, ack_pending, redelivered, pulls = state.messages, 0, 0, 0
-        pause_end = None
+    # one look at every subject of the stream: its tasks (queue, lanes, priority levels)
+    # and its held tasks (schedules of the flow-control limits holding them)
+    state = await streams.state(stream, subjects_filter=">")
     per_task: Counter[str] = Counter()
+    held: Counter[str] = Counter()
+    tasks = 0
     for subject, count in state.subjects.items():
         parsed = names.parse_queue_subject(subject)
         if parsed is not None:
             per_task[parsed[1]] += count
-    return QueueStats(
-        queue,
-        pending,
-        ack_pending,
-        redelivered,
-        pulls,
-        state.consumers,
-        0,
-        per_task=dict(per_task),
-        paused=pause_end is not None,
-        _last_seq=state.last_seq,
-        _messages=state.messages,
-        _pause_end=pause_end,
-    )
+            tasks += count
+        elif (limit := held_limit(names.schedule_subject(queue, "", part), subject)) is not None:
+            held[limit] += count
+    stats = QueueStats(queue, tasks, 0, 0, 0, state.consumers, 0, per_task=dict(per_task))
+    await _consumers(client, stream, queue, stats)
+    stats.held, stats.held_by = sum(held.values()), dict(held)
+    stats._last_seq, stats._messages = state.last_seq, state.messages
+    return stats
+
+
+async def _consumers(client: Client, stream: str, queue: str, stats: QueueStats) -> None:
+    """Sum what the stream's consumers say: the queue's own, its concurrency lanes, its
+    priority levels (all deliver from this stream). Without any (no worker has run),
+    everything stored is waiting, as counted from the subjects."""
+    streams, main = client.connection.streams, client.names.consumer(queue)
+    try:
+        names = await streams.consumer_names(stream)
+    except NotFound:
+        return
+    except PermissionDenied:  # a role that may read a consumer but not list them
+        names = [main]
+    durables = [d for d in names if d == main or d.startswith(f"{queue}-")]
+    if durables:
+        stats.waiting = 0
+    for durable in durables:
+        with contextlib.suppress(NotFound):
+            consumer = await streams.consumer_state(stream, durable)
+            stats.waiting += consumer.pending
+            stats.in_flight += consumer.ack_pending
+            stats.redelivered += consumer.redelivered
+            stats.pulls_waiting += consumer.waiting
+            if durable == main and consumer.paused:
+                stats.paused = True
+                stats._pause_end = consumer.pause_until or FOREVER
 
 
 def _add(total: QueueStats, part: QueueStats) -> None:
@@ -96,6 +115,9 @@ def _add(total: QueueStats, part: QueueStats) -> None:
     total.in_flight += part.in_flight
     total.redelivered += part.redelivered
     total.pulls_waiting += part.pulls_waiting
+    total.held += part.held
+    for limit, count in part.held_by.items():
+        total.held_by[limit] = total.held_by.get(limit, 0) + count
     total.consumers = max(total.consumers, part.consumers)  # one shared durable per stream
     # sequences of different streams do not compare, but their sum grows by what was added
     total._last_seq += part._last_seq

@@ -8,6 +8,7 @@ write whatever the task rate: the record lists the tasks running at that moment.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 from datetime import UTC, datetime
@@ -95,10 +96,17 @@ async def list_workers(source: ClientSource) -> list[WorkerRecord]:
     """Every live worker, oldest first."""
     client = await source.client()
     await ensure_workers(client)
+    # The keys, then each value: no watcher, whose consumer would outlive the call on the
+    # server (a thousand calls within its inactivity threshold, say from dashboards
+    # refreshing, and the bucket refuses new consumers: "maximum consumers limit reached").
+    kv, bucket = client.connection.kv, client.names.workers_bucket
+    values = await asyncio.gather(*(kv.get(bucket, key) for key in await kv.keys(bucket, ">")))
     found = []
-    for entry in await client.connection.kv.entries(client.names.workers_bucket):
+    for value in values:
+        if value is None:
+            continue  # stopped (a delete marker) or expired meanwhile
         try:
-            found.append(WorkerRecord.model_validate_json(entry.value))
+            found.append(WorkerRecord.model_validate_json(value[0]))
         except ValidationError:
             continue  # a foreign value: not a worker
     return sorted(found, key=lambda w: w.started_at)

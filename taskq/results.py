@@ -5,8 +5,8 @@ missing for a task that left its queue. Waiting watches the key's subject (a cor
 subscription opened before the first read); a write racing that subscription is caught by
 re-reading on a backoff (50 ms doubling to 2 s) only while no update arrives.
 States: `queued` (no record yet), `failed` (an attempt failed, a retry is coming),
-`succeeded`, `dead` (dead-lettered), `cancelled` (final, all three). The bucket keeps a
-retried task's earlier records as history: they are its attempts.
+`succeeded`, `dead` (dead-lettered), `cancelled`, `dropped` (a throttled enqueue; final,
+all four). The bucket keeps a retried task's earlier records as history: its attempts.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from pydantic_core import to_json
 
 from taskq.client import Client, ClientSource
 from taskq.envelope import now_iso
-from taskq.errors import ResultTimeout, TaskCancelled, TaskFailed
+from taskq.errors import ResultTimeout, TaskCancelled, TaskDropped, TaskFailed
 from taskq.retrying import retry_transient
 from taskq.topology.specs import results_bucket
 
-FINAL = ("succeeded", "dead", "cancelled")
+FINAL = ("succeeded", "dead", "cancelled", "dropped")  # dropped: by a throttle window
 _KEY_OK = re.compile(r"^[-/_=.a-zA-Z0-9]+$")
 
 
@@ -56,6 +56,9 @@ class ResultRecord(BaseModel):
     def raise_if_failed(self, task_id: str) -> None:
         if self.state == "cancelled":
             raise TaskCancelled(task_id)
+        if self.state == "dropped":
+            kept = self.result.get("kept", "") if isinstance(self.result, dict) else ""
+            raise TaskDropped(task_id, self.reason, kept)
         if self.state == "dead":
             error = self.error or {}
             raise TaskFailed(

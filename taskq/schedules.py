@@ -19,7 +19,8 @@ from typing import Any
 from pydantic_core import to_json
 
 from taskq.client import Client, ClientSource, Published
-from taskq.envelope import MSG_ID, TASK_HEADER, Envelope
+from taskq.cron import next_fire
+from taskq.envelope import MSG_ID, TASK_HEADER, Envelope, format_time
 from taskq.errors import BrokerError, ConfigError
 from taskq.nats import Connection, PubAck
 from taskq.retrying import retry_transient
@@ -164,11 +165,15 @@ async def _publish(
 
 @dataclass(frozen=True)
 class ScheduleInfo:
+    """One stored schedule; times are RFC 3339 (`next_run` None: it will not fire again)."""
+
     queue: str
     name: str
     expression: str
     target: str
     seq: int
+    stored_at: str | None = None
+    next_run: str | None = None
 
 
 async def list_schedules(
@@ -197,16 +202,28 @@ async def _schedules_in(client: Client, queue: str, part: Part) -> list[Schedule
     for subject in sorted(state.subjects):
         stored = await connection.messages.last(stream, subject)
         if stored is not None:
+            expression = stored.headers.get(SCHEDULE, "?")
             found.append(
                 ScheduleInfo(
                     queue,
                     subject[len(prefix) :],
-                    stored.headers.get(SCHEDULE, "?"),
+                    expression,
                     stored.headers.get(TARGET, "?"),
                     stored.seq,
+                    format_time(stored.time) if stored.time else None,
+                    _next_run(expression, stored.time),
                 )
             )
     return found
+
+
+def _next_run(expression: str, stored_at: datetime | None) -> str | None:
+    now = datetime.now(UTC)
+    try:
+        moment = next_fire(expression, stored_at or now, now)
+    except (ConfigError, ValueError):  # a foreign schedule taskq cannot read
+        return None
+    return format_time(moment) if moment is not None else None
 
 
 async def remove(source: ClientSource, queue: str, name: str) -> bool:

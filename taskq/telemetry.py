@@ -4,16 +4,19 @@ The library uses only the OpenTelemetry API: without a configured SDK every call
 no-op. `taskq worker` configures the SDK from the standard `OTEL_*` environment
 (`taskq.workers.otel`). Spans follow the messaging semantic conventions: a PRODUCER span per
 enqueue whose context travels in the message's `traceparent`/`tracestate` headers, and a
-CONSUMER span per run, parented to it. Metrics: enqueued, succeeded, failed, retried,
-dead-lettered, run time and queue wait.
+CONSUMER span per run, parented to it. Metrics: enqueued, started, in flight, succeeded,
+failed, retried, dead-lettered, lease extensions, run time and queue wait (`taskq worker
+--metrics-port` serves them to Prometheus; docs/operations.md lists their names there).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from opentelemetry import metrics, propagate, trace
+from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from taskq.context import TaskContext
@@ -24,20 +27,68 @@ from taskq.policy import Ack, Failure, Nak, Success, decide
 _tracer = trace.get_tracer("taskq")  # a proxy: picks up a provider configured later
 _meter = metrics.get_meter("taskq")
 
+Key = tuple[str, str]  # (queue, task)
+
+
+class Tally:
+    """A per-(queue, task) count kept in a plain dict on the task path and read by
+    OpenTelemetry only when a reader collects (a Prometheus scrape, an OTLP export).
+
+    An SDK instrument's `add` costs about 5 µs (it hashes the attribute set and takes a
+    lock); a worker adds to several counts per task, which cost 20% of a no-op drain with
+    `--metrics-port` (bench/observability.py). A dict update costs a fraction of a µs, with
+    or without an SDK installed."""
+
+    def __init__(self, name: str, unit: str, description: str, up_down: bool = False) -> None:
+        self.counts: dict[Key, int] = {}
+        create = (
+            _meter.create_observable_up_down_counter
+            if up_down
+            else _meter.create_observable_counter
+        )
+        create(name, callbacks=[self._observe], unit=unit, description=description)
+
+    def add(self, key: Key, amount: int = 1) -> None:
+        self.counts[key] = self.counts.get(key, 0) + amount
+
+    def _observe(self, _options: CallbackOptions) -> Iterable[Observation]:
+        # a copy (atomic under the GIL): a scrape runs on the exporter's thread while
+        # tasks keep counting on the event loop's
+        counts = self.counts.copy()
+        return [Observation(n, {"taskq.queue": q, "taskq.task": t}) for (q, t), n in counts.items()]
+
+
 ENQUEUED = _meter.create_counter(
     "taskq.tasks.enqueued", unit="{task}", description="tasks stored in a queue"
 )
-SUCCEEDED = _meter.create_counter("taskq.tasks.succeeded", unit="{task}")
-FAILED = _meter.create_counter(
-    "taskq.tasks.failed", unit="{attempt}", description="attempts that raised (retried or not)"
+STARTED = Tally("taskq.tasks.started", "{attempt}", "attempts that began to run")
+IN_FLIGHT = Tally("taskq.tasks.in_flight", "{attempt}", "attempts running now", up_down=True)
+SUCCEEDED = Tally("taskq.tasks.succeeded", "{task}", "tasks that succeeded")
+FAILED = Tally("taskq.tasks.failed", "{attempt}", "attempts that raised (retried or not)")
+RETRIED = Tally("taskq.tasks.retried", "{task}", "failed attempts that will be retried")
+DEAD = Tally("taskq.tasks.dead_lettered", "{task}", "tasks written to the dead-letter queue")
+LEASE_EXTENSIONS = _meter.create_counter(
+    "taskq.lease.extensions",
+    unit="{extension}",
+    description="in-progress acks that kept a running task's lease (taskq.workers.lease)",
 )
-RETRIED = _meter.create_counter("taskq.tasks.retried", unit="{task}")
-DEAD = _meter.create_counter("taskq.tasks.dead_lettered", unit="{task}")
+# Seconds from a millisecond to an hour: the SDK's default buckets (0..10000) suit
+# milliseconds, and would put every task run in the first few buckets.
+SECONDS_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0, 3600.0,
+)  # fmt: skip
 RUN_TIME = _meter.create_histogram(
-    "taskq.task.duration", unit="s", description="run time of one attempt"
+    "taskq.task.duration",
+    unit="s",
+    description="run time of one attempt",
+    explicit_bucket_boundaries_advisory=SECONDS_BUCKETS,
 )
 QUEUE_WAIT = _meter.create_histogram(
-    "taskq.task.queue_wait", unit="s", description="enqueue to start of the first attempt"
+    "taskq.task.queue_wait",
+    unit="s",
+    description="enqueue to start of the first attempt",
+    explicit_bucket_boundaries_advisory=SECONDS_BUCKETS,
 )
 
 
@@ -98,12 +149,17 @@ class Telemetry(Middleware):
 async def _measured(
     ctx: TaskContext, call_next: Run, labels: dict[str, str], span: Span | None
 ) -> Any:
+    key = (ctx.queue, ctx.task)
+    STARTED.add(key)
+    IN_FLIGHT.add(key)
     started = time.monotonic()
     try:
         value = await call_next()
     except Exception as exc:
         _settled(ctx, Failure(exc), labels, time.monotonic() - started, span)
         raise
+    finally:
+        IN_FLIGHT.add(key, -1)  # cancelled attempts (shutdown past grace) included
     _settled(ctx, Success(value), labels, time.monotonic() - started, span)
     return value
 
@@ -120,11 +176,12 @@ def _settled(
     RUN_TIME.record(seconds, labels)
     decision = decide(ctx.policy, ctx.attempt, outcome)
     verdict = "ack" if isinstance(decision, Ack) else "nak" if isinstance(decision, Nak) else "dead"
+    key = (ctx.queue, ctx.task)
     if isinstance(outcome, Failure):
-        FAILED.add(1, labels)
+        FAILED.add(key)
         if span is not None:
             span.record_exception(outcome.error)
             span.set_status(Status(StatusCode.ERROR, str(outcome.error)[:200]))
-    {"ack": SUCCEEDED, "nak": RETRIED, "dead": DEAD}[verdict].add(1, labels)
+    {"ack": SUCCEEDED, "nak": RETRIED, "dead": DEAD}[verdict].add(key)
     if span is not None:
         span.set_attribute("taskq.verdict", verdict)

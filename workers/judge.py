@@ -18,34 +18,18 @@ from taskq.app import App
 from taskq.context import Reporter, TaskContext
 from taskq.envelope import MSG_ID, Envelope, decode
 from taskq.errors import ArgumentsError, DecodeError, TaskCancelled, UnknownTaskError
+from taskq.flowcontrol.held import spent
 from taskq.nats import Delivery
 from taskq.policy import Cancel, Dead, Decision, Failure, Outcome, decide
 from taskq.results import key_for
 from taskq.task import Task
+from taskq.workers.admission import Admission
 from taskq.workers.cancel_watch import CancelWatch
 from taskq.workers.execute import call_function, run_attempt, unwrap
+from taskq.workers.job import Job as Job  # re-exported: Job used to live here
 from taskq.workers.lease import Leases
 from taskq.workers.pool import ProcessPool
-from taskq.workers.setup import QueueSetup
 from taskq.workers.spark_jobs import LendSlot, SparkExecutor
-
-
-@dataclass
-class Job:
-    """What the worker knows about one delivery while handling it."""
-
-    setup: QueueSetup
-    delivery: Delivery
-    envelope: Envelope | None = None
-    task: Task[Any, Any] | None = None
-    started: float = 0.0
-    context: TaskContext | None = None
-    running: asyncio.Task[Any] | None = None  # set while the attempt runs: what a cancel stops
-    cancel_requested: bool = False
-
-    @property
-    def queue(self) -> str:
-        return self.setup.queue
 
 
 @dataclass
@@ -68,6 +52,7 @@ class Judge:
         self._leases = leases
         self.cancels: CancelWatch | None = None
         self.reporter: Reporter | None = None
+        self.admission: Admission | None = None  # flow control (tasks with limits only)
         self.running: dict[str, Job] = {}
 
     async def judge(self, job: Job) -> tuple[Decision, Outcome | None]:
@@ -84,16 +69,21 @@ class Judge:
         if task is None:
             return Dead("unknown_task"), Failure(UnknownTaskError(job.envelope.task))
         job.task = task
-        if d.num_delivered > task.policy.attempts:
-            return _crashed(task, d.num_delivered), None
+        job.spent = spent(d)  # a held task's copy carries the attempts it already used
+        if job.attempt > task.policy.attempts:
+            return _crashed(task, job.attempt), None
         if job.envelope.expired():
             return Dead("expired", f"expired at {job.envelope.expires_at}"), None
         try:
             args, kwargs = task.validator.for_call(job.envelope.args, job.envelope.kwargs)
         except ArgumentsError as exc:
             return Dead("permanent", str(exc)), Failure(exc)
+        if task.flow is not None and self.admission is not None:
+            hold = await self.admission.admit(job, task, args, kwargs)
+            if hold is not None:
+                return hold, None
         outcome = await self._run(job, task, args, kwargs)
-        return decide(task.policy, d.num_delivered, outcome), outcome
+        return decide(task.policy, job.attempt, outcome), outcome
 
     async def _run(
         self, job: Job, task: Task[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -102,7 +92,7 @@ class Judge:
         job.started = time.monotonic()
         d = job.delivery
         ctx = job.context = TaskContext(
-            job.envelope, job.queue, d.num_delivered, task.policy, task.timeout, time.time()
+            job.envelope, job.queue, job.attempt, task.policy, task.timeout, time.time()
         )
         ctx.reporter = self.reporter
         key = key_for(job.envelope.id)

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 
 from taskq.errors import TaskqError
 from taskq.nats import Delivery
+from taskq.telemetry import LEASE_EXTENSIONS
 
 log = logging.getLogger("taskq.worker")
 
@@ -58,9 +59,18 @@ class Leases:
             await delivery.in_progress()
         except TaskqError as exc:  # a missed beat is survivable; the next one may pass
             log.debug("lease extension failed for seq %s: %s", delivery.seq, exc)
+            return
+        LEASE_EXTENSIONS.add(1, {"taskq.queue": queue_of(delivery.subject)})
 
     async def close(self) -> None:
         if self._ticker is not None:
             self._ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._ticker
+
+
+def queue_of(subject: str) -> str:
+    """The queue token of a task subject: `<prefix>.q.<queue>.<task>` or
+    `<prefix>.p.<queue>.<partition>.<task>` (a prefix has no dots, so it is the third)."""
+    parts = subject.split(".", 3)
+    return parts[2] if len(parts) > 2 else ""

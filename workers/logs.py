@@ -1,4 +1,5 @@
-"""Logging set-up for `taskq worker`: one line per settled task, without a flush per line.
+"""Logging set-up for `taskq worker`: one line per settled task, without a flush per line,
+as text or as one JSON object per line (`--log-format json`).
 
 `logging.StreamHandler` flushes after every record, a system call per task that costs a
 noticeable share of a short task's time. This handler writes into the stream's buffer and
@@ -11,9 +12,12 @@ from __future__ import annotations
 import atexit
 import contextlib
 import io
+import json
 import logging
+import socket
 import sys
 import time
+from collections.abc import Callable
 from typing import TextIO
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -21,6 +25,13 @@ FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 FORMAT_IN_PROCESS = "%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s"
 BUFFERED = "taskq_buffered"  # LogRecord attribute: this line may wait for the next flush
 MAY_WAIT = {BUFFERED: True}  # `extra=` for such lines
+# LogRecord attribute of a settled-task line (workers/settle.py): one tuple rather than seven
+# extras, so the text format pays a single attribute per line for what only JSON reads
+SETTLED = "taskq_settled"
+SETTLED_KEYS = ("task", "id", "attempt", "queue", "duration", "outcome", "reason")
+Settled = tuple[str, str, int, str, float, str, str]  # in SETTLED_KEYS order
+# what `taskq.current().logger` attaches to a task's own lines
+TASK_EXTRAS = (("taskq_task", "task"), ("taskq_id", "id"), ("taskq_attempt", "attempt"))
 
 
 class CachedTimeFormatter(logging.Formatter):
@@ -38,6 +49,63 @@ class CachedTimeFormatter(logging.Formatter):
             self._second = second
             self._text = time.strftime("%Y-%m-%d %H:%M:%S", self.converter(record.created))
         return f"{self._text},{int(record.msecs):03d}"
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time (UTC, ISO 8601), level, logger, message, the task's
+    fields when the line is about one (task, id, attempt, queue, duration, outcome, reason),
+    worker (`host:pid`, as in the worker registry), and error (a traceback) if any.
+
+    Written field by field with the json module's C string encoder: a line per settled task
+    is on the worker's hot path, and `json.dumps` of a dict costs about twice as much."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._host = socket.gethostname()
+        self._second: tuple[int, str] = (-1, "")  # one tuple: swapped whole, thread-safe
+
+    def format(self, record: logging.LogRecord) -> str:
+        parts = [
+            f'{{"time":"{self._time(record)}","level":"{record.levelname}","logger":',
+            _text(record.name),
+            ',"message":',
+            _text(record.getMessage()),
+        ]
+        settled: Settled | None = getattr(record, SETTLED, None)
+        if settled is not None:
+            task, task_id, attempt, queue, seconds, outcome, reason = settled
+            parts += [',"task":', _text(task), ',"id":', _text(task_id)]
+            parts.append(f',"attempt":{int(attempt)},"queue":')
+            parts += [_text(queue), f',"duration":{round(seconds, 6)!r},"outcome":"{outcome}"']
+            if reason:
+                parts += [',"reason":', _text(reason)]
+        else:
+            for attribute, key in TASK_EXTRAS:
+                if (value := getattr(record, attribute, None)) is not None:
+                    parts.append(f',"{key}":{_value(value)}')
+        parts.append(f',"worker":{_text(f"{self._host}:{record.process}")}')
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            parts += [',"error":', _text(record.exc_text)]
+        parts.append("}")
+        return "".join(parts)
+
+    def _time(self, record: logging.LogRecord) -> str:
+        second = int(record.created)
+        cached, text = self._second
+        if second != cached:
+            text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+            self._second = (second, text)
+        return f"{text}.{int(record.msecs):03d}Z"
+
+
+_text: Callable[[str], str] = json.encoder.encode_basestring  # quotes and escapes, in C
+
+
+def _value(value: object) -> str:
+    """Any extra's value as JSON (what is not JSON-able, as its text)."""
+    return _text(value) if isinstance(value, str) else json.dumps(value, default=str)
 
 
 class BufferedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
@@ -89,10 +157,17 @@ def buffered_stderr() -> TextIO:
     )
 
 
-def install(level: int = logging.INFO, fmt: str = FORMAT) -> BufferedStreamHandler:
-    """Route the `taskq` logger to a buffered stderr handler at `level`."""
+def install(
+    level: int = logging.INFO, fmt: str = FORMAT, *, json_lines: bool = False
+) -> BufferedStreamHandler:
+    """Route the `taskq` logger to a buffered stderr handler at `level`, in `fmt`, or as
+    JSON lines (then the root logger's handlers too: every line on stderr is JSON)."""
     handler = BufferedStreamHandler(buffered_stderr())
-    handler.setFormatter(CachedTimeFormatter(fmt))
+    formatter = JsonFormatter() if json_lines else CachedTimeFormatter(fmt)
+    handler.setFormatter(formatter)
+    if json_lines:
+        for other in logging.getLogger().handlers:
+            other.setFormatter(formatter)
     logger = logging.getLogger("taskq")
     logger.handlers = [handler]
     logger.setLevel(level)

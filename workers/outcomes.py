@@ -9,7 +9,7 @@ from taskq.flow import final_id
 from taskq.policy import Ack, Cancel, Dead, Decision, Failure, Nak, Outcome, Success
 from taskq.registry import stamp, worker_name
 from taskq.results import ResultRecord
-from taskq.workers.judge import Job
+from taskq.workers.job import Job
 
 _WORKER = worker_name()
 # A record repeats the call's arguments only when its message is small: a big call would make
@@ -54,7 +54,7 @@ def _call(job: Job) -> dict[str, Any]:
     kept = len(job.delivery.data) <= CALL_KEPT
     return {
         "task": envelope.task,
-        "attempts": job.delivery.num_delivered,
+        "attempts": job.attempt,
         "queue": job.queue,
         "worker": _WORKER,
         "started_at": stamp(ctx.started) if ctx is not None else None,

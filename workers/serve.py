@@ -32,10 +32,12 @@ async def serve(
     pool_size: int | None = None,
     max_tasks: int | None = None,
     max_memory_mb: float | None = None,
+    metrics_port: int | None = None,
 ) -> None:
     """Run a Worker of `app` until a signal (or a recycle: `max_tasks` settled tasks or
-    `max_memory_mb` of RSS); the caller owns (and closes) the connection."""
-    configure_from_env()  # OpenTelemetry SDK, only if OTEL_* asks for it
+    `max_memory_mb` of RSS), serving Prometheus metrics on `metrics_port` if given; the
+    caller owns (and closes) the connection."""
+    configure_from_env(metrics_port)  # OpenTelemetry SDK, only if OTEL_* or the port asks
     limits = Limits(max_tasks, max_memory_mb)  # for this process and its pool's, each alone
     worker = Worker(
         app, queues, concurrency=concurrency, grace=grace, pool_size=pool_size, limits=limits

@@ -13,11 +13,12 @@ from taskq.client import Client
 from taskq.dlq.record import ErrorInfo, make_record
 from taskq.dlq.write import publish_record
 from taskq.flow import final_id
-from taskq.policy import Ack, Cancel, Dead, Decision, Failure, Nak, Outcome, Success
+from taskq.policy import Ack, Cancel, Dead, Decision, Failure, Hold, Nak, Outcome, Success
 from taskq.results import store as store_result
 from taskq.retrying import retry_transient
-from taskq.workers.judge import Job
-from taskq.workers.logs import MAY_WAIT
+from taskq.workers.admission import Admission
+from taskq.workers.job import Job
+from taskq.workers.logs import BUFFERED, SETTLED
 from taskq.workers.outcomes import result_record
 from taskq.workflows import advance
 
@@ -27,12 +28,18 @@ log = logging.getLogger("taskq.worker")
 class Settler:
     """Writes records and settles messages for one worker; counts what it did in `stats`."""
 
-    def __init__(self, client: Client, stats: Counter[str]) -> None:
+    def __init__(
+        self, client: Client, stats: Counter[str], admission: Admission | None = None
+    ) -> None:
         self.client = client
         self.stats = stats
+        self.admission = admission
 
     async def settle(self, job: Job, decision: Decision, outcome: Outcome | None) -> None:
         d = job.delivery
+        if isinstance(decision, Hold):
+            await self._hold(job, decision)
+            return
         await self._record(job, decision, outcome)
         if isinstance(decision, Ack):
             if job.task is not None and job.task.ack_sync:
@@ -51,6 +58,22 @@ class Settler:
             self.stats["dead"] += 1
             self.stats[f"dead:{decision.reason}"] += 1
         _log(job, decision, outcome)
+
+    async def _hold(self, job: Job, hold: Hold) -> None:
+        """Held by a limit: store the held copy (unless an earlier delivery did), then ack;
+        nothing is recorded, no attempt is spent (taskq.flowcontrol.held)."""
+        assert self.admission is not None
+        if not hold.done:
+            await self.admission.hold(job, hold)
+        await job.delivery.ack()
+        self.stats["held"] += 1
+        await self.admission.after_hold(job)
+        log.debug(
+            "held %s[%s] by %s",
+            job.envelope.task if job.envelope else "?",
+            job.envelope.id if job.envelope else "?",
+            hold.limit,
+        )
 
     async def _record(self, job: Job, decision: Decision, outcome: Outcome | None) -> None:
         envelope = job.envelope
@@ -80,7 +103,7 @@ class Settler:
             error=ErrorInfo.of(
                 error, message=message or (str(error) if error else dead.detail), trace=trace
             ),
-            attempts=d.num_delivered,
+            attempts=job.attempt,
             queue=job.queue,
             original_seq=d.seq,
         )
@@ -101,16 +124,23 @@ def _log(job: Job, decision: Decision, outcome: Outcome | None) -> None:
     tid = job.envelope.id if job.envelope else f"seq {job.delivery.seq}"
     took = time.monotonic() - job.started if job.started else 0.0
     attempts = job.task.policy.attempts if job.task else 0
-    head = f"{name}[{tid}] attempt {job.delivery.num_delivered}/{attempts or '?'}"
+    head = f"{name}[{tid}] attempt {job.attempt}/{attempts or '?'}"
+    # the line's fields for `--log-format json` (workers/logs.py SETTLED_KEYS order)
+    task = (name, tid, job.attempt, job.queue, took)
     if isinstance(decision, Ack):
-        log.info("succeeded %s in %.3fs", head, took, extra=MAY_WAIT)
+        done = {BUFFERED: True, SETTLED: (*task, "succeeded", "")}
+        log.info("succeeded %s in %.3fs", head, took, extra=done)
     elif isinstance(decision, Cancel):
-        log.warning("cancelled %s%s", head, f" after {took:.3f}s" if took else " before it ran")
+        ran = f" after {took:.3f}s" if took else " before it ran"
+        log.warning("cancelled %s%s", head, ran, extra={SETTLED: (*task, "cancelled", "")})
     elif isinstance(decision, Nak):
         error = outcome.error if isinstance(outcome, Failure) else None
-        log.warning("retry %s in %.1fs: %r", head, decision.delay, error)
-    else:
-        log.error("dead-lettered %s (%s): %s", head, decision.reason, _why(decision, outcome))
+        retry = {SETTLED: (*task, "retried", "")}
+        log.warning("retry %s in %.1fs: %r", head, decision.delay, error, extra=retry)
+    elif isinstance(decision, Dead):
+        dead = {SETTLED: (*task, "dead", decision.reason)}
+        why = _why(decision, outcome)
+        log.error("dead-lettered %s (%s): %s", head, decision.reason, why, extra=dead)
 
 
 def _why(decision: Dead, outcome: Outcome | None) -> str:

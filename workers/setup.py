@@ -5,19 +5,23 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from taskq.app import App
 from taskq.client import Client
-from taskq.queue_control import ends
+from taskq.flowcontrol.usage import declaration, declare
+from taskq.queue_control import FOREVER, ends
 from taskq.schedules import register
 from taskq.topology.partitions import Part, layout, queues_in
 from taskq.topology.specs import (
+    ConsumerSpec,
     check_owner,
     dlq_stream,
     events_stream,
+    lane_consumer,
     queue_consumer,
     queue_stream,
+    rank_consumer,
     results_bucket,
 )
 
@@ -34,16 +38,27 @@ class QueueSetup:
     stream: str
     durable: str
     ack_wait: float  # the consumer's real ack_wait, read back from the server
+    lane: str | None = None  # the task whose concurrency lane this consumer is
+    rank: int = 5  # priority level: slots go to higher levels first (workers/slots.py)
+    transient: bool = False  # a priority level's loop: ends when its level is drained
+
+    @property
+    def key(self) -> str:
+        """Which fetch loop this is: a stream has a queue consumer and maybe lanes."""
+        return f"{self.stream}/{self.durable}"
 
     @property
     def where(self) -> str:
         part = "" if self.partition is None else f" partition {self.partition}"
-        return f"queue {self.queue}{part}"
+        lane = "" if self.lane is None else f" lane {self.lane}"
+        level = f" priority {self.rank}" if self.transient else ""
+        return f"queue {self.queue}{part}{lane}{level}"
 
 
 async def prepare(app: App, client: Client, queues: list[str]) -> dict[str, QueueSetup]:
-    """Ensure every object the worker needs exists with the intended config; the streams
-    to consume, by stream name (every partition of every queue)."""
+    """Ensure every object the worker needs exists with the intended config; the consumers
+    to fetch from, by `QueueSetup.key` (every partition of every queue, and the
+    concurrency lanes of its tasks)."""
     names, settings, streams = client.names, client.settings, client.connection.streams
     await streams.ensure(dlq_stream(names, settings))
     await client.connection.kv.ensure(results_bucket(names, settings))
@@ -59,22 +74,34 @@ async def prepare(app: App, client: Client, queues: list[str]) -> dict[str, Queu
         # streams of an earlier layout (partitions added or removed) may still hold tasks
         left = [p for p in on_server.get(queue, []) if p not in wanted]
         for part in wanted + left:
-            setup = await _consumer(app, client, queue, part)
-            setups[setup.stream] = setup
-    await ensure_events(client, list(setups))
+            main = await _consumer(app, client, queue, part)
+            for setup in [main, *await ensure_lanes(app, client, main)]:
+                setups[setup.key] = setup
+    await ensure_events(client, sorted({s.stream for s in setups.values()}))
     for periodic in app.periodics.values():
         if periodic.queue in queues:  # idempotent: unchanged schedules are left alone
             await register(client, periodic)
+    declared = [
+        declaration(t.name, t.queue, t.priority, t.flow)
+        for t in app.tasks.values()
+        if t.queue in queues and t.flow is not None
+    ]
+    await declare(client, declared)  # for `taskq limits`
     return setups
 
 
-async def _consumer(app: App, client: Client, queue: str, part: Part) -> QueueSetup:
+def _queue_consumer(app: App, client: Client, queue: str, part: Part) -> ConsumerSpec:
     tasks = [t for t in app.tasks.values() if t.queue == queue]
     # ack_wait is a property of the shared consumer, so the queue's shortest wins: a
     # crashed worker's task comes back as soon as the most impatient task asks.
     ack_wait = min((t.ack_wait for t in tasks), default=DEFAULT_ACK_WAIT)
     attempts = max((t.policy.attempts for t in tasks), default=1)
-    spec = queue_consumer(client.names, client.settings, queue, ack_wait, attempts, part)
+    return queue_consumer(client.names, client.settings, queue, ack_wait, attempts, part)
+
+
+async def _consumer(app: App, client: Client, queue: str, part: Part) -> QueueSetup:
+    spec = _queue_consumer(app, client, queue, part)
+    ack_wait = spec.ack_wait
     await client.connection.streams.ensure_consumer(spec)
     state = await client.connection.streams.consumer_state(spec.stream, spec.durable)
     setup = QueueSetup(queue, part, spec.stream, spec.durable, state.ack_wait or ack_wait)
@@ -83,6 +110,51 @@ async def _consumer(app: App, client: Client, queue: str, part: Part) -> QueueSe
         until = f"until {end.isoformat()}" if end else "until resumed"
         log.info("%s is paused %s (`taskq queues resume %s`)", setup.where, until, queue)
     return setup
+
+
+async def ensure_lanes(app: App, client: Client, main: QueueSetup) -> list[QueueSetup]:
+    """The concurrency lanes of `main`'s queue (one consumer per task with max_concurrency,
+    its max_ack_pending the limit), paused like the queue's consumer if it is paused."""
+    lanes = [t for t in app.tasks.values() if t.queue == main.queue and t.flow and t.flow.lane]
+    found = []
+    for task in lanes:
+        assert task.flow is not None and task.flow.max_concurrency is not None
+        spec = lane_consumer(
+            client.names,
+            client.settings,
+            main.queue,
+            task.name,
+            task.flow.max_concurrency,
+            task.ack_wait,
+            task.policy.attempts,
+            main.partition,
+        )
+        ack_wait = await _beside(client, main, spec) or task.ack_wait
+        setup = QueueSetup(main.queue, main.partition, spec.stream, spec.durable, ack_wait)
+        found.append(replace(setup, lane=task.name, rank=task.priority))
+    return found
+
+
+async def ensure_level(app: App, client: Client, main: QueueSetup, level: int) -> QueueSetup:
+    """The consumer of priority `level` of `main`'s stream (the queue consumer's settings on
+    the level's subjects), paused if the queue's consumer is."""
+    base = _queue_consumer(app, client, main.queue, main.partition)
+    spec = rank_consumer(client.names, base, main.queue, level, main.partition)
+    ack_wait = await _beside(client, main, spec) or main.ack_wait
+    setup = QueueSetup(main.queue, main.partition, spec.stream, spec.durable, ack_wait)
+    return replace(setup, rank=level, transient=True)
+
+
+async def _beside(client: Client, main: QueueSetup, spec: ConsumerSpec) -> float:
+    """Ensure a consumer beside `main`'s queue consumer (a lane, a priority level), paused
+    if that one is paused (a new consumer starts paused; an update keeps a pause); its
+    real ack_wait."""
+    streams = client.connection.streams
+    pause = await streams.consumer_state(main.stream, main.durable)
+    if pause.paused:
+        await streams.create_consumer(spec, paused_until=pause.pause_until or FOREVER)
+    await streams.ensure_consumer(spec)
+    return (await streams.consumer_state(spec.stream, spec.durable)).ack_wait
 
 
 async def ensure_events(client: Client, streams: list[str]) -> None:

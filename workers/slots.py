@@ -4,8 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import deque
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+# A waiting fetch loop of a lower priority level gains one level per AGING seconds it waits:
+# a backlog of higher levels is served first, yet a lower level is never starved forever.
+AGING = 1.0
+DEFAULT_RANK = 5
+
+
+@dataclass(eq=False)
+class _Waiter:
+    rank: int
+    since: float = field(default_factory=time.monotonic)
+
+    def score(self, now: float) -> tuple[float, float]:
+        return (self.rank + (now - self.since) / AGING, -self.since)
 
 
 class Slots:
@@ -17,12 +32,14 @@ class Slots:
         self.size = size
         self.free = size
         self._changed = asyncio.Event()
-        # fetch loops waiting for a slot, first come first served: a loop that releases
-        # and reserves again queues behind them, so no stream starves while others cycle
-        self._waiting: deque[object] = deque()
+        # fetch loops waiting for a slot, highest priority level first, then first come
+        # first served: a loop that releases and reserves again queues behind its level, so
+        # no stream starves while others cycle (and lower levels age, see AGING)
+        self._waiting: list[_Waiter] = []
 
-    async def reserve(self, most: int, gather: float = 0.005) -> int:
+    async def reserve(self, most: int, gather: float = 0.005, rank: int = DEFAULT_RANK) -> int:
         """Wait (in turn) for at least one free slot, then take up to `most` of them.
+        `rank` is the priority level of the fetch loop asking (0-9, higher first).
 
         While tasks are running and fewer than half the slots are free, wait up to `gather`
         seconds for more to free up: short tasks finish in bursts, and fetching one message
@@ -30,7 +47,7 @@ class Slots:
         """
         while True:
             if self._waiting or self.free <= 0:
-                await self._turn()
+                await self._turn(rank)
             if self.busy and self.free < self.size // 2:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(gather):
@@ -42,17 +59,23 @@ class Slots:
                 self.free -= taken
                 return taken
 
-    async def _turn(self) -> None:
+    async def _turn(self, rank: int) -> None:
         """Return when this caller is first in line and a slot is free."""
-        me = object()
+        me = _Waiter(rank)
         self._waiting.append(me)
         try:
-            while self._waiting[0] is not me or self.free <= 0:
+            while self.free <= 0 or self._first() is not me:
                 self._changed.clear()
                 await self._changed.wait()
         finally:
             self._waiting.remove(me)
             self._changed.set()  # the next in line may go
+
+    def _first(self) -> _Waiter:
+        if len(self._waiting) == 1:
+            return self._waiting[0]
+        now = time.monotonic()
+        return max(self._waiting, key=lambda w: w.score(now))
 
     def release(self, count: int = 1) -> None:
         if count <= 0:

@@ -21,9 +21,12 @@ from taskq.errors import BrokerError, NotFound, TaskqError, TransientError
 from taskq.nats import Delivery, Puller
 from taskq.retrying import retry_transient
 from taskq.task import Task
+from taskq.workers.admission import Admission
 from taskq.workers.control import ControlPlane, worker_record
-from taskq.workers.judge import Job, Judge, Runners
+from taskq.workers.job import Job
+from taskq.workers.judge import Judge, Runners
 from taskq.workers.lease import Leases
+from taskq.workers.levels import Levels
 from taskq.workers.limits import Limits
 from taskq.workers.pool import ProcessPool
 from taskq.workers.settle import Settler
@@ -33,6 +36,7 @@ from taskq.workers.spark_jobs import SparkExecutor
 from taskq.workers.spark_session import SparkRuntime
 
 log = logging.getLogger("taskq.worker")
+LEVEL_LINGER = 0.25  # a priority level's pull waits this long before its loop ends
 
 
 class Worker:
@@ -76,6 +80,7 @@ class Worker:
         runners = Runners(self._threads, self._spark, self._slots.lent, self._pool)
         self._judge = Judge(app, runners, self._leases)
         self._control: ControlPlane | None = None
+        self._admission: Admission | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
     def stop(self) -> None:
@@ -97,10 +102,16 @@ class Worker:
         """Run until `stop()`; returns after running tasks are settled (or NAKed at grace).
         A failing start hook raises HookError before anything is fetched."""
         client = self._client = await self.app.client()
-        self._settler = Settler(client, self.stats)
+        admission = self._admission = Admission(client)
+        self._settler = Settler(client, self.stats, admission)
+        self._judge.admission = admission
         self._setups = await retry_transient(
             lambda: prepare(self.app, client, self.queues), what="worker set-up"
         )
+        for setup in self._setups.values():  # where held tasks may wait, per queue
+            parts = admission.parts.setdefault(setup.queue, [])
+            if setup.partition not in parts:
+                parts.append(setup.partition)
         await self.app.hooks.run_start()
         if self._pool is not None:
             await self._pool.start()
@@ -109,7 +120,10 @@ class Worker:
             worker_record(self.queues, self.concurrency, self._pool.size if self._pool else None)
         )
         self._log_ready()
-        loops = [asyncio.create_task(self._consume(stream)) for stream in self._setups]
+        loops = [asyncio.create_task(self._consume(key)) for key in self._setups]
+        mains = [s for s in self._setups.values() if s.lane is None]
+        levels = Levels(self.app, client, mains, self._consume_level)
+        loops.append(asyncio.create_task(levels.run(self._stopping)))
         if self.sweeper:
             # Every worker sweeps crash-looped messages on one shared durable consumer.
             loops.append(asyncio.create_task(run_sweeper(client, self._stopping)))
@@ -145,6 +159,8 @@ class Worker:
             await self._pool.close()
         await self._spark.close()
         await self._leases.close()
+        if self._admission is not None:
+            await self._admission.close()
         with contextlib.suppress(TaskqError):
             await client.connection.flush()
         self._threads.shutdown(wait=False, cancel_futures=True)
@@ -161,27 +177,38 @@ class Worker:
             await asyncio.wait(pending, timeout=5.0)
 
     # -- fetching --------------------------------------------------------------------------
-    async def _consume(self, stream: str) -> None:
+    async def _consume_level(self, setup: QueueSetup) -> None:
+        """The fetch loop of one priority level, while it has tasks (workers/levels.py)."""
+        self._setups[setup.key] = setup
+        try:
+            await self._consume(setup.key)
+        finally:
+            self._setups.pop(setup.key, None)
+
+    async def _consume(self, key: str) -> None:
         puller: Puller | None = None
         want = 1
         while not self.stopping:
-            taken = await self._slots.reserve(want)
+            setup = self._setups[key]
+            taken = await self._slots.reserve(want, rank=setup.rank)
             if self.stopping:
                 self._slots.release(taken)
                 break
             asked = taken
-            setup = self._setups[stream]
+            linger = LEVEL_LINGER if setup.transient else self.fetch_timeout
             try:
                 if puller is None:
                     puller = await self._connected().connection.pull(setup.stream, setup.durable)
                 # each delivery starts the moment it arrives, on a slot reserved for it
-                async for delivery in puller.stream(taken, self.fetch_timeout):
+                async for delivery in puller.stream(taken, linger):
                     taken -= 1
                     self._start(setup, delivery)
             except (TransientError, BrokerError) as exc:
                 puller = await self._recover(setup, puller, exc)
             finally:
                 self._slots.release(taken)
+            if setup.transient and (puller is None or taken == asked):
+                break  # its level is drained (or gone): the level watcher restarts it
             # Ask for twice what came last time: a lingering request holds its slots until
             # it fills or expires, and another queue or partition may need them meanwhile;
             # a backlog still reaches full batches in a few round trips.
@@ -192,7 +219,12 @@ class Worker:
     async def _recover(
         self, setup: QueueSetup, puller: Puller | None, exc: TaskqError
     ) -> Puller | None:
-        """After a failed fetch: back off, and re-create the consumer if it vanished."""
+        """After a failed fetch: back off, and re-create the consumer if it vanished. A
+        priority level's loop just ends (None): its watcher starts it again if need be."""
+        if setup.transient:
+            if puller is not None:
+                await puller.close()
+            return None
         log.warning("fetch from %s failed: %s", setup.where, exc)
         if isinstance(exc, NotFound) or not isinstance(exc, TransientError):
             with contextlib.suppress(TaskqError):
@@ -238,6 +270,9 @@ class Worker:
             log.exception("unexpected error handling seq %s; will be redelivered", job.delivery.seq)
             with contextlib.suppress(Exception):
                 await job.delivery.nak(delay=5.0)
+        finally:
+            if job.permit and self._admission is not None:  # a per-key slot, after settling
+                await asyncio.shield(self._admission.release(job))
 
 
 def _pool_for(

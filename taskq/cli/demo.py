@@ -17,9 +17,24 @@ import click
     help="no-op tasks in the throughput burst",
 )
 @click.option("--no-spark", is_flag=True, help="skip the Spark tasks (no JVM is started)")
-def demo(burst: int, no_spark: bool) -> None:
+@click.option(
+    "--dashboard", is_flag=True, help="then keep the system running, served by the dashboard"
+)
+@click.option(
+    "--dashboard-port",
+    type=click.IntRange(0, 65535),
+    default=8787,
+    show_default=True,
+    help="the dashboard's port on 127.0.0.1 (0: any free)",
+)
+def demo(burst: int, no_spark: bool, dashboard: bool, dashboard_port: int) -> None:
     """Start an embedded server and a worker, run a few tasks (a retry, a dead letter, a
-    Spark job and a Spark batch on a local SparkSession)."""
+    Spark job and a Spark batch on a local SparkSession). With --dashboard, the system
+    then keeps running (a few tasks a second) and `taskq dashboard` serves it until Ctrl-C."""
+    from taskq.cli.dashboard import installed
     from taskq.demo import run_demo
 
-    sys.exit(run_demo(burst, spark=not no_spark))
+    if dashboard and not installed():
+        raise click.ClickException("the dashboard needs its extra: pip install 'taskq[dashboard]'")
+    port = dashboard_port if dashboard else None
+    sys.exit(run_demo(burst, spark=not no_spark, dashboard=port))

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from typing import Any
 
 import click
 
 from taskq.cli.common import Context, confirm, parse_duration, pass_ctx
+from taskq.cli.progressbar import progress
 from taskq.client import Client
-from taskq.dlq.browse import Filters, get_dead, list_dead
+from taskq.dlq.browse import Filters, count_stored, get_dead, list_dead
 from taskq.dlq.record import REASONS, DeadLetter
 
 
@@ -151,13 +151,8 @@ async def _requeue(
             click.echo(f"would requeue {r.seq} {r.task}[{r.id}] -> {to_queue or r.queue}")
         click.echo(f"{len(records)} dead letter(s) would be requeued")
         return
-    with click.progressbar(
-        length=len(records),
-        label="requeue",
-        file=sys.stderr,
-        hidden=len(records) < 100 or not sys.stderr.isatty(),
-    ) as bar:
-        result = await do_requeue(client, records, to_queue, progress=bar.update)
+    with progress("requeue", len(records)) as advance:
+        result = await do_requeue(client, records, to_queue, progress=advance)
     for seq, why in result.failed:
         click.echo(f"not requeued {seq}: {why}", err=True)
     click.echo(f"requeued {result.requeued} dead letter(s)")
@@ -203,10 +198,14 @@ async def _purge(client: Client, filters: Filters) -> int:
     from taskq.dlq.purge import purge_all
 
     count: int
-    if filters.empty:
-        count = await purge_all(client)
+    if filters.empty:  # one request for the whole stream: the bar jumps once, at its end
+        with progress("purge", await count_stored(client)) as advance:
+            count = await purge_all(client)
+            advance(count)
     else:
-        count = await purge_records(client, await list_dead(client, filters))
+        records = await list_dead(client, filters)
+        with progress("purge", len(records)) as advance:
+            count = await purge_records(client, records, advance)
     return count
 
 
@@ -229,9 +228,10 @@ def export(
 
     async def go(client: Client) -> int:
         count = 0
-        async for line in export_lines(client, filters):
-            output.write(line + "\n")
-            count += 1
+        with progress("export", await count_stored(client, filters)) as advance:
+            async for line in export_lines(client, filters, advance):
+                output.write(line + "\n")
+                count += 1
         return count
 
     count = ctx.run(go)
@@ -249,5 +249,10 @@ def import_(ctx: Context, source: Any) -> None:
         parsed = parse_lines(source.read().splitlines())
     except ImportFormatError as exc:
         raise click.BadParameter(str(exc), param_hint="FILE") from None
-    count = ctx.run(lambda client: import_parsed(client, parsed))
+
+    async def go(client: Client) -> int:
+        with progress("import", len(parsed)) as advance:
+            return await import_parsed(client, parsed, advance)
+
+    count = ctx.run(go)
     click.echo(f"imported {count} dead letter(s)")

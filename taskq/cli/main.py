@@ -13,9 +13,12 @@ import sys
 import click
 
 from taskq.cli.common import Context, run_async, security_options
+from taskq.cli.dashboard import dashboard
 from taskq.cli.demo import demo
 from taskq.cli.dlq import dlq
 from taskq.cli.enqueue import enqueue
+from taskq.cli.exporter import exporter
+from taskq.cli.limits import limits
 from taskq.cli.queues import queues
 from taskq.cli.results import result
 from taskq.cli.schedules import schedules
@@ -64,6 +67,9 @@ cli.add_command(dlq)
 cli.add_command(workers)
 cli.add_command(cancel)
 cli.add_command(task)
+cli.add_command(limits)
+cli.add_command(dashboard)
+cli.add_command(exporter)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from taskq.cli.common import Context, confirm, parse_duration, pass_ctx
+from taskq.cli.progressbar import progress
 from taskq.client import Client
 from taskq.errors import UnknownQueue
 from taskq.queue_control import QueuePause, pause_queue, purge_queue, resume_queue, stored_tasks
@@ -28,15 +29,19 @@ def table(stats: list[QueueStats]) -> str:
         return "no queues"
     lines = [
         f"{'QUEUE':14} {'PAUSED':15} {'PARTS':>5} {'WAITING':>8} {'IN FLIGHT':>9} "
-        f"{'REDELIV':>7} {'PULLS':>5} {'DEAD':>6} {'IN/s':>8} {'DONE/s':>8}  TASKS (stored)"
+        f"{'HELD':>6} {'REDELIV':>7} {'PULLS':>5} {'DEAD':>6} {'IN/s':>8} {'DONE/s':>8}  "
+        "TASKS (stored)"
     ]
     for s in stats:
         tasks = ", ".join(f"{t}={n}" for t, n in s.per_task.items()) or "-"
         lines.append(
             f"{s.queue[:14]:14} {paused_cell(s.paused, s.paused_until):15} {s.partitions:>5} "
-            f"{s.waiting:>8} {s.in_flight:>9} {s.redelivered:>7} {s.pulls_waiting:>5} "
-            f"{s.dead:>6} {s.enqueued_per_s:>8.1f} {s.settled_per_s:>8.1f}  {tasks[:60]}"
+            f"{s.waiting:>8} {s.in_flight:>9} {s.held:>6} {s.redelivered:>7} "
+            f"{s.pulls_waiting:>5} {s.dead:>6} {s.enqueued_per_s:>8.1f} "
+            f"{s.settled_per_s:>8.1f}  {tasks[:60]}"
         )
+        # which limits hold tasks back (docs/flow-control.md)
+        lines += [f"{'':14}   held by {limit}: {n}" for limit, n in sorted(s.held_by.items())]
     return "\n".join(lines)
 
 
@@ -70,8 +75,9 @@ def list_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 def queues(
     ctx: Context, queues: tuple[str, ...], interval: float, as_json: bool, watch: bool
 ) -> None:
-    """Per queue: paused or not, waiting, in flight, redelivered, pulls waiting, dead
-    letters, throughput, and stored messages per task (also `taskq queues ls`).
+    """Per queue: paused or not, waiting, in flight, held by a flow-control limit (and by
+    which), redelivered, pulls waiting, dead letters, throughput, and stored messages per
+    task (also `taskq queues ls`).
     Subcommands pause, resume and purge a queue."""
     if click.get_current_context().invoked_subcommand is None:
         _list(ctx, queues, interval, as_json, watch)
@@ -169,7 +175,12 @@ def purge(ctx: Context, queue: str, task: str | None, yes: bool, as_json: bool) 
         return f"remove the {count} stored task(s) of {which}?"
 
     confirm(yes, question, "purge")
-    purged: int = _known(ctx, lambda client: purge_queue(client, queue, task))
+
+    async def go(client: Client) -> int:
+        with progress("purge", await stored_tasks(client, queue, task)) as advance:
+            return await purge_queue(client, queue, task, advance)
+
+    purged: int = _known(ctx, go)
     if as_json:
         click.echo(json.dumps({"queue": queue, "task": task, "purged": purged}))
     else:

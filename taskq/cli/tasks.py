@@ -70,6 +70,8 @@ def render(told: TaskStory) -> str:
         f"  call         {_call(told)}",
         f"  enqueued     {told.enqueued_at or '?'}",
     ]
+    if told.held_by:
+        lines.append(f"  held by      {told.held_by} (a flow-control limit; no attempt spent)")
     if told.due:
         lines.append(f"  due          {told.due}")
     if told.workflow:

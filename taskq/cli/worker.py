@@ -9,6 +9,7 @@ the command runs one plain worker.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 import click
@@ -68,6 +69,21 @@ from taskq.cli.common import Context, pass_ctx
     show_default=True,
     help="info: one line per settled task; warning: retries and dead letters only",
 )
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: one JSON object per line (time, level, task, id, attempt, queue, duration, "
+    "outcome, worker)",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    metavar="PORT",
+    help="serve Prometheus /metrics on PORT (every interface; with -p N, process i serves "
+    "PORT+i-1); needs taskq[prometheus]",
+)
 @pass_ctx
 def worker(
     ctx: Context,
@@ -81,6 +97,8 @@ def worker(
     max_memory_mb: int | None,
     reload: bool,
     log_level: str,
+    log_format: str,
+    metrics_port: int | None,
 ) -> None:
     """Run a worker for the tasks of MODULE:APP (with -p N: N worker processes)."""
     from taskq.workers.logs import FORMAT, FORMAT_IN_PROCESS, install
@@ -88,8 +106,9 @@ def worker(
     from taskq.workers.tether import supervised
 
     in_process = supervised()
+    port = _metrics_port(metrics_port, processes or 1)
     level = min(getattr(logging, log_level.upper()), logging.getLogger().level)  # -vv: debug
-    install(level, FORMAT_IN_PROCESS if in_process else FORMAT)
+    install(level, FORMAT_IN_PROCESS if in_process else FORMAT, json_lines=log_format == "json")
     if not in_process and (processes or max_tasks or max_memory_mb or reload):
         _supervise(processes or 1, grace, reload)
     app = ctx.app(app_spec)
@@ -102,9 +121,29 @@ def worker(
             pool_size=pool_size,
             max_tasks=max_tasks,
             max_memory_mb=max_memory_mb,
+            metrics_port=port,
         ),
         app=app,
     )
+
+
+def _metrics_port(port: int | None, processes: int) -> int | None:
+    """The port this process serves /metrics on: PORT, or PORT+i-1 in worker process i of
+    a supervisor (they share a host, so each needs its own); checked before anything starts."""
+    from taskq.workers.otel import prometheus_installed
+    from taskq.workers.tether import WORKER_PROCESS
+
+    if port is None:
+        return None
+    if not prometheus_installed():
+        raise click.UsageError("--metrics-port needs its extra: pip install 'taskq[prometheus]'")
+    if port + processes - 1 > 65535:
+        raise click.BadParameter(
+            f"{processes} processes need ports {port}..{port + processes - 1}",
+            param_hint="--metrics-port",
+        )
+    index = os.environ.get(WORKER_PROCESS, "")
+    return port + int(index) - 1 if index.isdigit() else port
 
 
 def _supervise(processes: int, grace: float, reload: bool) -> None:

@@ -26,12 +26,14 @@ def workers(ctx: Context, as_json: bool) -> None:
 
     found = ctx.run(go)
     if as_json:
-        click.echo(json.dumps([_as_dict(w) for w in found]))
+        click.echo(json.dumps([as_dict(w) for w in found]))
     else:
         click.echo(table(found))
 
 
-def _as_dict(worker: WorkerRecord) -> dict[str, object]:
+def as_dict(worker: WorkerRecord) -> dict[str, object]:
+    """The `--json` object of one worker (also the dashboard's): its record, plus uptime
+    and heartbeat age in seconds."""
     return {
         **worker.model_dump(),
         "uptime": round(worker.uptime(), 3),

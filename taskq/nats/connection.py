@@ -1,7 +1,8 @@
 """A connection to NATS: publishing, pulling, subscribing, and the JetStream facets.
 
-`Connection.streams`, `.messages`, `.kv` and `.blobs` group the operations by what they act
-on; the connection itself publishes (acknowledged or pipelined), pulls and subscribes.
+`Connection.streams`, `.messages`, `.kv`, `.blobs` and `.records` group the operations by
+what they act on; the connection itself publishes (acknowledged or pipelined), pulls and
+subscribes.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from taskq.nats.kv import KeyValue
 from taskq.nats.messages import Messages
 from taskq.nats.objects import Objects
 from taskq.nats.pull import Puller
+from taskq.nats.records import Records
 from taskq.nats.streams import Streams
 from taskq.nats.types import PubAck
 from taskq.settings import Settings
@@ -42,6 +44,7 @@ class Connection:
         self.messages = Messages(client, js, self._guard)
         self.kv = KeyValue(js, self._guard, self.publish_nowait, self.subscribe)
         self.blobs = Objects(js, self._guard)
+        self.records = Records(js, self._guard)
 
     @classmethod
     async def connect(cls, settings: Settings, name: str = "taskq") -> Connection:

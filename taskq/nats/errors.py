@@ -24,6 +24,9 @@ CONSUMER_NOT_FOUND = 10014
 MESSAGE_NOT_FOUND = 10037
 STREAM_NAME_IN_USE = 10058
 CONSUMER_EXISTS = 10148
+WRONG_LAST_SEQUENCE = 10071  # a compare-and-set publish lost the race
+MSG_DELETE_FAILED = 10057  # with "no message found": it was deleted already
+SEQUENCE_NOT_FOUND = 10043  # a delete of a sequence deleted already
 
 _TIMEOUTS = (nats.errors.TimeoutError, asyncio.TimeoutError, TimeoutError)
 _NOT_READY = (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError)

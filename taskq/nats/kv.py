@@ -104,6 +104,19 @@ class KeyValue:
         info = await patiently(read)
         return len(getattr(info.state, "subjects", None) or {})
 
+    async def keys(self, bucket: str, pattern: str) -> list[str]:
+        """The keys matching `pattern` (e.g. `flow.*`) that hold a value, sorted."""
+
+        async def read() -> api.StreamInfo:
+            with self._guard:
+                return await self._js.stream_info(
+                    stream(bucket), subjects_filter=subject(bucket, pattern)
+                )
+
+        info = await patiently(read)
+        start = len(subject(bucket, ""))
+        return sorted(name[start:] for name in getattr(info.state, "subjects", None) or {})
+
     async def watch(
         self, bucket: str, key: str, on_update: Callable[[str, bytes], Awaitable[None]]
     ) -> Callable[[], Awaitable[None]]:

@@ -13,7 +13,13 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 
 from taskq.errors import BrokerError, NotFound, TaskqError
-from taskq.nats.errors import MESSAGE_NOT_FOUND, Guard, reply_error
+from taskq.nats.errors import (
+    MESSAGE_NOT_FOUND,
+    MSG_DELETE_FAILED,
+    SEQUENCE_NOT_FOUND,
+    Guard,
+    reply_error,
+)
 from taskq.nats.pull import Puller
 from taskq.nats.raw import request as api_request
 from taskq.nats.types import StoredMessage
@@ -72,7 +78,7 @@ class Messages:
         error = reply_error(reply, "delete")
         if error is None:
             return True
-        if error.code == MESSAGE_NOT_FOUND or error.status == 404:
+        if error.code == MESSAGE_NOT_FOUND or error.status == 404 or _gone(error):
             return False
         raise error
 
@@ -132,6 +138,14 @@ class Messages:
                 return
             seq = found[-1].seq + 1
 
+    async def batch(
+        self, stream: str, seq: int, count: int, subject: str | None = None
+    ) -> list[StoredMessage]:
+        """Up to `count` messages from `seq` on (on `subject`), oldest first, in one batched
+        direct get: one round trip however long the stream. Fewer when the stream ends;
+        empty when nothing is stored there (or the stream does not exist)."""
+        return await self._direct_batch(stream, seq, subject, count)
+
     async def _direct_batch(
         self, stream: str, seq: int, subject: str | None, batch: int
     ) -> list[StoredMessage]:
@@ -175,13 +189,24 @@ class Messages:
         return await api_request(self._nc, self._guard, what, body)
 
 
+def _gone(error: BrokerError) -> bool:
+    """A delete refused because the message is not there (anymore), as nats-server 2.15.1
+    answers it (measured): 10043 "sequence N not found" (deleted already, e.g. by another
+    worker), or the generic delete-failed 10057 with "no message found" / "stream store
+    EOF" (past the last sequence)."""
+    if error.code == SEQUENCE_NOT_FOUND:
+        return True
+    text = str(error)
+    return error.code == MSG_DELETE_FAILED and ("no message found" in text or "EOF" in text)
+
+
 def _stored(raw: api.RawStreamMsg, subject: str, seq: int) -> StoredMessage:
     return StoredMessage(
         subject=raw.subject or subject,
         seq=raw.seq or seq,
         data=raw.data or b"",
         headers=dict(raw.headers or {}),
-        time=None,
+        time=raw.time,
     )
 
 

@@ -137,6 +137,19 @@ class Streams:
             pause_until=moment(info.config.pause_until) if info.paused else None,
         )
 
+    async def consumer_names(self, stream: str) -> list[str]:
+        """The names of `stream`'s consumers (a page of up to 1,024: plenty for a queue's
+        consumer and its lanes); NotFound when the stream does not exist."""
+        reply = await patiently(
+            lambda: raw.request(self._nc, self._guard, f"CONSUMER.NAMES.{stream}", {"offset": 0})
+        )
+        error = reply_error(reply, "list consumers")
+        if error is not None:
+            if error.status == 404:
+                raise NotFound(str(error), error.code, 404)
+            raise error
+        return sorted(reply.get("consumers") or [])
+
     async def listing(self, subject: str | None = None) -> dict[str, tuple[str, ...]]:
         """Every stream's configured subjects, by stream name; with `subject` (a filter like
         `taskq.>`) only the streams whose subjects overlap it, which the server selects
@@ -209,6 +222,8 @@ def stream_config(spec: StreamSpec) -> api.StreamConfig:
         duplicate_window=spec.duplicate_window,
         allow_msg_schedules=True if spec.schedules else None,
         allow_msg_ttl=True if spec.msg_ttl else None,
+        allow_msg_counter=True if spec.counters else None,
+        max_msgs_per_subject=spec.max_msgs_per_subject,
         allow_direct=True,
     )
 

@@ -5,12 +5,16 @@ Several apps, tenants or tests share a server by using different prefixes.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 
 from taskq.errors import ConfigError
 
-_PARTITIONED = {"q": "p", "s": "ps"}  # subject root of tasks / schedules in a partition
+# subject root of tasks, schedules, concurrency lanes in a partition
+_PARTITIONED = {"q": "p", "s": "ps", "c": "pc", "r": "pr"}
+# task subject roots -> number tokens (partition, priority) between queue and task name
+_TASK_ROOTS = {"q": 0, "c": 0, "r": 1, "p": 1, "pc": 1, "pr": 2}
 _MAX_DELIVERIES = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES"
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]+$")
 _TASK = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
@@ -85,31 +89,64 @@ class Names:
     def consumer(self, queue: str) -> str:
         return queue
 
+    # concurrency lanes: a task with max_concurrency has its own subject and consumer in
+    # its queue's stream (the consumer's max_ack_pending is the limit)
+    def lane_subject(self, queue: str, task: str, partition: int | None = None) -> str:
+        return self._in_queue("c", queue, task, partition)
+
+    def lane_filter(self, queue: str, partition: int | None = None) -> str:
+        return self.lane_subject(queue, ">", partition)
+
+    def lane_consumer(self, queue: str, task: str) -> str:
+        """A durable name per lane: the task name made a name token, plus a digest (two
+        task names may differ only where a durable name cannot)."""
+        plain = re.sub(r"[^A-Za-z0-9_-]", "_", task)[:40]
+        return f"{queue}-c-{plain}-{hashlib.sha256(task.encode()).hexdigest()[:6]}"
+
+    # priorities: a task of priority N != 5 is published to its level's subject
+    # `<prefix>.r.<queue>.<N>.<task>`, which that level's consumer `<queue>-p<N>` serves
+    def rank_subject(
+        self, queue: str, level: int | str, task: str, partition: int | None = None
+    ) -> str:
+        return self._in_queue("r", queue, f"{level}.{task}", partition)
+
+    def rank_filter(self, queue: str, partition: int | None = None) -> str:
+        return self._in_queue("r", queue, ">", partition)
+
+    def rank_consumer(self, queue: str, level: int) -> str:
+        return f"{queue}-p{level}"
+
+    def rank_level(self, subject: str) -> int | None:
+        """The priority level of a level subject (None: not one)."""
+        tokens = subject.split(".")
+        at = {"r": 3, "pr": 4}.get(tokens[1] if len(tokens) > 1 else "")
+        if at is None or len(tokens) <= at + 1 or not tokens[at].isdigit():
+            return None
+        return int(tokens[at])
+
     def parse_queue_subject(self, subject: str) -> tuple[str, str] | None:
         """Split a task subject into (queue, task); None if it is not one.
 
-        `<prefix>.q.<queue>.<task...>`, or `<prefix>.p.<queue>.<partition>.<task...>`.
+        `<prefix>.q.<queue>.<task...>`, `<prefix>.p.<queue>.<partition>.<task...>`, a
+        concurrency lane's `<prefix>.c.<queue>.<task...>` / `.pc.<queue>.<partition>.`, a
+        priority level's `<prefix>.r.<queue>.<level>.<task...>` / `.pr.<queue>.<p>.<level>.`.
         """
         parts = subject.split(".", 3)
-        if len(parts) < 4 or parts[0] != self.prefix:
+        if len(parts) < 4 or parts[0] != self.prefix or parts[1] not in _TASK_ROOTS:
             return None
-        if parts[1] == "q":
-            queue, task = parts[2], parts[3]
-        elif parts[1] == "p":
-            number, _, task = parts[3].partition(".")
+        queue, task = parts[2], parts[3]
+        for _ in range(_TASK_ROOTS[parts[1]]):
+            number, _, task = task.partition(".")
             if not number.isdigit():
                 return None
-            queue = parts[2]
-        else:
-            return None
         return (queue, task) if queue and task else None
 
     def parse_queue_filter(self, subject: str) -> tuple[str, int | None] | None:
         """(queue, partition) for a queue stream's task filter subject; None otherwise."""
         parsed = self.parse_queue_subject(subject)
-        if parsed is None or parsed[1] != ">":
-            return None
         tokens = subject.split(".")
+        if parsed is None or parsed[1] != ">" or tokens[1] not in ("q", "p"):
+            return None
         return parsed[0], int(tokens[3]) if tokens[1] == "p" else None
 
     # dead letters
@@ -174,3 +211,29 @@ class Names:
     @property
     def progress_bucket(self) -> str:
         return f"{self._up}_PROGRESS"
+
+    # flow control (taskq.flowcontrol): records with TTLs, and rate counters
+    @property
+    def limits_stream(self) -> str:
+        return f"{self._up}_LIMITS"
+
+    def limit_subject(self, kind: str, token: str, task: str) -> str:
+        """A flow-control record: `kind` (unique, throttle, slot, decl), a one-token key,
+        then the task name last (it may span tokens)."""
+        return f"{self.prefix}.limit.{kind}.{token}.{task}"
+
+    @property
+    def limits_filter(self) -> str:
+        return f"{self.prefix}.limit.>"
+
+    @property
+    def rates_stream(self) -> str:
+        return f"{self._up}_RATES"
+
+    def rate_subject(self, window: int, token: str, task: str) -> str:
+        """The counter of rate-limit window `window` for a task (and key token)."""
+        return f"{self.prefix}.rate.{window}.{token}.{task}"
+
+    @property
+    def rates_filter(self) -> str:
+        return f"{self.prefix}.rate.>"

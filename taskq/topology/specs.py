@@ -26,6 +26,8 @@ class StreamSpec:
     schedules: bool = False
     msg_ttl: bool = False
     description: str = ""
+    max_msgs_per_subject: int = -1  # 1: a subject holds one record (flow control's streams)
+    counters: bool = False  # ADR-49 counters: every subject is a `Nats-Incr` counter
 
 
 @dataclass(frozen=True)
@@ -49,11 +51,17 @@ class BucketSpec:
 def queue_stream(
     names: Names, settings: Settings, queue: str, partition: int | None = None
 ) -> StreamSpec:
-    """The work-queue stream holding a queue's tasks and its schedules (or one partition's)."""
+    """The work-queue stream holding a queue's tasks, its schedules, its concurrency lanes
+    and its priority levels (or one partition's)."""
     where = "" if partition is None else f", partition {partition}"
     return StreamSpec(
         name=names.queue_stream(queue, partition),
-        subjects=(names.queue_filter(queue, partition), names.schedule_filter(queue, partition)),
+        subjects=(
+            names.queue_filter(queue, partition),
+            names.schedule_filter(queue, partition),
+            names.lane_filter(queue, partition),
+            names.rank_filter(queue, partition),
+        ),
         retention="workqueue",
         replicas=settings.replicas,
         duplicate_window=settings.duplicate_window,
@@ -95,6 +103,44 @@ def queue_consumer(
         ack_wait=ack_wait,
         max_deliver=settings.max_deliver or max(settings.max_deliver_floor, attempts + 1),
         max_ack_pending=settings.max_ack_pending,
+    )
+
+
+def lane_consumer(
+    names: Names,
+    settings: Settings,
+    queue: str,
+    task: str,
+    limit: int,
+    ack_wait: float,
+    attempts: int,
+    partition: int | None = None,
+) -> ConsumerSpec:
+    """A concurrency lane: the consumer of one task's lane subject, whose `max_ack_pending`
+    is the task's `max_concurrency` across every worker (the server enforces it; a dead
+    worker's deliveries come back after `ack_wait`, and with them the slots)."""
+    return ConsumerSpec(
+        stream=names.queue_stream(queue, partition),
+        durable=names.lane_consumer(queue, task),
+        filter_subject=names.lane_subject(queue, task, partition),
+        ack_wait=ack_wait,
+        max_deliver=settings.max_deliver or max(settings.max_deliver_floor, attempts + 1),
+        max_ack_pending=limit,
+    )
+
+
+def rank_consumer(
+    names: Names, base: ConsumerSpec, queue: str, level: int, partition: int | None = None
+) -> ConsumerSpec:
+    """The consumer of one priority level of a queue (or partition): the queue consumer's
+    settings (`base`) on the level's subjects."""
+    return ConsumerSpec(
+        stream=base.stream,
+        durable=names.rank_consumer(queue, level),
+        filter_subject=names.rank_subject(queue, level, ">", partition),
+        ack_wait=base.ack_wait,
+        max_deliver=base.max_deliver,
+        max_ack_pending=base.max_ack_pending,
     )
 
 
@@ -162,3 +208,37 @@ def progress_bucket(names: Names, settings: Settings) -> BucketSpec:
 
 def flows_bucket(names: Names, settings: Settings) -> BucketSpec:
     return BucketSpec(names.flows_bucket, ttl=settings.results_ttl, replicas=settings.replicas)
+
+
+def limits_stream(names: Names, settings: Settings) -> StreamSpec:
+    """Flow-control records (uniqueness and throttle windows, concurrency slots, declared
+    limits): one message per subject, each with its own TTL (ADR-43)."""
+    return StreamSpec(
+        name=names.limits_stream,
+        subjects=(names.limits_filter,),
+        retention="limits",
+        replicas=settings.replicas,
+        duplicate_window=settings.duplicate_window,
+        msg_ttl=True,
+        max_msgs_per_subject=1,
+        description="taskq flow control: windows, slots, declared limits",
+    )
+
+
+RATE_HORIZON = 86400.0  # rate-limit windows reserved at most this far ahead (seconds)
+
+
+def rates_stream(names: Names, settings: Settings) -> StreamSpec:
+    """Rate-limit windows as ADR-49 counters; a window's counter is kept past the farthest
+    window a held task may have reserved, then ages out."""
+    return StreamSpec(
+        name=names.rates_stream,
+        subjects=(names.rates_filter,),
+        retention="limits",
+        replicas=settings.replicas,
+        max_age=2 * RATE_HORIZON + 3600.0,
+        duplicate_window=settings.duplicate_window,
+        counters=True,
+        max_msgs_per_subject=1,
+        description="taskq flow control: rate-limit windows (counters)",
+    )

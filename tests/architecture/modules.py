@@ -116,8 +116,13 @@ def _pop_component(stack: list[str], on_stack: set[str], root: str) -> list[str]
 
 
 def layer(module: str) -> int:
-    """0 core (taskq), 1 dlq, 2 workers, 3 the command line (wires the three together)."""
-    if _within(module, "taskq.cli") or module in ("taskq.demo", "taskq.__main__"):
+    """0 core (taskq), 1 dlq, 2 workers, 3 the command line (wires the three together)
+    and the dashboard (a web face of the same commands), and taskq.testing."""
+    if _within(module, "taskq.cli") or _within(module, "taskq.dashboard"):
+        return 3
+    if module in ("taskq.demo", "taskq.__main__"):
+        return 3
+    if _within(module, "taskq.testing"):  # runs a real Worker inside the user's tests
         return 3
     if _within(module, "taskq.workers"):
         return 2

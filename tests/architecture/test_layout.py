@@ -8,7 +8,7 @@ import ast
 
 from tests.architecture.modules import ROOT, cycles, graph, imported_names, layer, modules
 
-LAYERS = ("taskq core", "taskq.dlq", "taskq.workers", "taskq.cli")
+LAYERS = ("taskq core", "taskq.dlq", "taskq.workers", "taskq.cli / taskq.dashboard")
 
 
 def test_no_import_cycles() -> None:

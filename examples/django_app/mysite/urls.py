@@ -1,0 +1,10 @@
+from __future__ import annotations
+
+from django.urls import path
+from shop import views
+
+urlpatterns = [
+    path("visit", views.visit),
+    path("visits", views.visits),
+    path("tasks/<str:task_id>", views.task_result),
+]

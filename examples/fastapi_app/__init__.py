@@ -1,0 +1,1 @@
+"""taskq in a FastAPI service: see main.py and docs/integrations.md."""

@@ -1,0 +1,100 @@
+"""Live parts of pages, as server-sent events: the queues' counts and rates with the
+workers (overview, queue page), and a task's state and progress (task page).
+
+Each stream reads the server on its own, as often as it sends, and keeps only what it
+needs to tell a change (the last value sent): the dashboard keeps no history. The 15
+minutes behind a sparkline are kept by the browser from these events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from taskq.cli.workers import as_dict
+from taskq.client import Client
+from taskq.envelope import now_iso
+from taskq.errors import TaskqError
+from taskq.progress import latest
+from taskq.queue_stats import snapshot
+from taskq.registry import list_workers, running_on
+from taskq.results import FINAL, fetch
+
+Event = tuple[str, Any]
+INTERVAL = 2.0  # seconds between two readings of the queues: their rates' interval
+TASK_POLL = 0.5  # seconds between two readings of a task's record and progress
+
+
+def event_stream(events: AsyncIterator[Event]) -> Response:
+    """`events` as a text/event-stream response (ends when the browser goes away)."""
+
+    async def body() -> AsyncIterator[str]:
+        yield "retry: 3000\n\n"  # reconnect after 3 s if the stream breaks
+        async for name, data in events:
+            yield f"event: {name}\ndata: {json.dumps(data, default=repr)}\n\n"
+
+    headers = {"cache-control": "no-store", "x-accel-buffering": "no"}
+    return StreamingResponse(body(), media_type="text/event-stream", headers=headers)
+
+
+async def queue_events(client: Client, queues: list[str] | None) -> AsyncIterator[Event]:
+    """`stats` events: every queue's figures (rates over INTERVAL) and the live workers.
+    The first comes at once (without rates), then one per INTERVAL."""
+    interval, workers, read_at = 0.0, [], -math.inf
+    while True:
+        try:
+            stats = await snapshot(client, queues, interval)
+            # the registry changes once a heartbeat, and each read of it is a consumer
+            if time.monotonic() - read_at >= client.settings.heartbeat:
+                workers, read_at = await list_workers(client), time.monotonic()
+        except TaskqError as exc:  # the server may come back: say so and go on trying
+            yield "problem", {"error": str(exc)}
+            await asyncio.sleep(INTERVAL)
+            continue
+        yield (
+            "stats",
+            {
+                "at": now_iso(),
+                "rates": interval > 0,
+                "queues": [s.public() for s in stats],
+                "workers": [as_dict(w) for w in workers],
+            },
+        )
+        interval = INTERVAL
+
+
+async def task_events(client: Client, task_id: str) -> AsyncIterator[Event]:
+    """`progress` and `state` events as they change, then `final` (and the stream ends)
+    once the task succeeded, died or was cancelled."""
+    sent: dict[str, Any] = {}
+    beat, running = 0, False
+    every = max(1, round(client.settings.heartbeat / TASK_POLL))
+    while True:
+        record = await fetch(client, task_id)
+        state = record.state if record is not None else "queued"
+        if state in FINAL:
+            yield "final", {"state": state}
+            return
+        if beat % every == 0:  # the registry changes once a heartbeat
+            running = bool(await running_on(client, task_id))
+        state = "running" if running else state
+        report = await latest(client, task_id)
+        progress = report.model_dump() if report is not None else None
+        for name, value in (("state", {"state": state}), ("progress", progress)):
+            if value is not None and sent.get(name) != value:
+                sent[name] = value
+                yield name, value
+        beat += 1
+        await asyncio.sleep(TASK_POLL)
+
+
+def queues_of(request: Request) -> list[str] | None:
+    """The `queue` parameters of an events URL (none: every queue)."""
+    return request.query_params.getlist("queue") or None

@@ -1,0 +1,55 @@
+"""The overview (`/`: every queue and the workers, live), `/workers`, and `/go` (the
+search box: a task or workflow id)."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from taskq.cli.workers import as_dict
+from taskq.dashboard.live import event_stream, queue_events, queues_of
+from taskq.dashboard.render import respond
+from taskq.dashboard.shared import client_of, url
+from taskq.queue_stats import snapshot
+from taskq.registry import list_workers
+
+
+async def overview(request: Request) -> Response:
+    """Every queue (waiting, in flight, redelivered, dead, paused, rates) and worker."""
+    client = client_of(request)
+    stats = await snapshot(client, None, 0)
+    workers = await list_workers(client)
+    data = {"queues": [s.public() for s in stats], "workers": [as_dict(w) for w in workers]}
+    return respond(
+        request,
+        "overview.html",
+        data,
+        title="Overview",
+        queues=stats,
+        workers=workers,
+        events="/events/queues",
+    )
+
+
+async def workers(request: Request) -> Response:
+    """Every live worker and the tasks each is running."""
+    found = await list_workers(client_of(request))
+    return respond(
+        request,
+        "workers.html",
+        [as_dict(w) for w in found],
+        title="Workers",
+        workers=found,
+        events="/events/queues",
+    )
+
+
+async def queue_stream(request: Request) -> Response:
+    """GET /events/queues[?queue=Q...]: the `stats` events of the overview."""
+    return event_stream(queue_events(client_of(request), queues_of(request)))
+
+
+async def go(request: Request) -> Response:
+    """The search box: a task id (or a workflow's, which the task page sends on)."""
+    wanted = request.query_params.get("id", "").strip()
+    return RedirectResponse(url("tasks", wanted) if wanted else "/", status_code=303)

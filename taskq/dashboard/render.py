@@ -1,0 +1,172 @@
+"""Answering a request: a page rendered from its template, or the same data as JSON (the
+page's twin for scripts), and redirects that carry a notice after an action.
+
+Every template is autoescaped: a task's arguments, errors and tracebacks are text, never
+markup, whatever they hold.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from jinja2 import Environment, PackageLoader, StrictUndefined
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+
+from taskq.dashboard.config import DashboardConfig, DashboardError
+from taskq.envelope import parse_time
+
+API = "/api"
+# What an action did, shown on the page it redirects to (a code, never text from the URL).
+NOTICES = {
+    "paused": "Queue paused: workers receive none of its tasks until it is resumed.",
+    "resumed": "Queue resumed.",
+    "purged": "Removed {n} stored task(s) from the queue.",
+    "requeued": "Requeued {n} dead letter(s).",
+    "dlq-purged": "Deleted {n} dead letter(s).",
+    "cancelled": "Cancelled: the task will not run.",
+    "cancelling": "Cancelling: its worker is stopping it.",
+    "finished": "Nothing to cancel: the task already finished.",
+    "removed": "Schedule removed.",
+}
+
+
+def environment() -> Environment:
+    """The templates shipped in the package, autoescaped, failing on undefined names."""
+    env = Environment(
+        loader=PackageLoader("taskq.dashboard", "templates"),
+        autoescape=True,
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(
+        pretty=pretty, num=number, ago=ago, clock=clock, quote=quote_part, short=short
+    )
+    return env
+
+
+def wants_json(request: Request) -> bool:
+    """The JSON twin: under `/api/`, or asked for with `Accept: application/json`."""
+    if request.url.path.startswith(API + "/"):
+        return True
+    accept = request.headers.get("accept", "")
+    return "application/json" in accept and "text/html" not in accept
+
+
+def json_response(data: Any, status: int = 200) -> Response:
+    body = json.dumps(data, default=repr, ensure_ascii=False)
+    return Response(body, status_code=status, media_type="application/json")
+
+
+def respond(request: Request, template: str, data: Any, **context: Any) -> Response:
+    """The page from `template` (with `context`), or `data` as JSON for scripts."""
+    if wants_json(request):
+        return json_response(data)
+    return page(request, template, **context)
+
+
+def page(request: Request, template: str, status: int = 200, **context: Any) -> Response:
+    """Render `template` with what every page shows (navigation, CSRF token, notices)."""
+    config: DashboardConfig = request.app.state.config
+    env: Environment = request.app.state.templates
+    notice = NOTICES.get(request.query_params.get("notice", ""), "")
+    count = request.query_params.get("n", "")
+    values: dict[str, Any] = {
+        "request": request,
+        "path": request.url.path,
+        "status": status,
+        "title": "taskq",
+        "events": "",
+        "csrf": request.scope.get("state", {}).get("csrf", ""),
+        "read_only": config.read_only,
+        "server": config.server_label(),
+        "notice": notice.format(n=count if count.isdigit() else "?"),
+    }
+    values.update(context)
+    return HTMLResponse(env.get_template(template).render(values), status_code=status)
+
+
+def done(request: Request, where: str, notice: str, result: Any, n: int | None = None) -> Response:
+    """After an action: JSON `result` for scripts, or a redirect (303) to `where` with a
+    notice for people (reloading that page does not repeat the action)."""
+    if wants_json(request):
+        return json_response(result)
+    query = {"notice": notice, **({"n": str(n)} if n is not None else {})}
+    sep = "&" if "?" in where else "?"
+    return RedirectResponse(f"{where}{sep}{urlencode(query)}", status_code=303)
+
+
+def pretty(value: Any) -> str:
+    """A value as JSON text, indented when long (escaped by the template like any text)."""
+    text = json.dumps(value, ensure_ascii=False, default=repr)
+    return (
+        text if len(text) <= 80 else json.dumps(value, indent=2, ensure_ascii=False, default=repr)
+    )
+
+
+def short(value: Any, limit: int = 120) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=repr)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def number(value: float | int) -> str:
+    return f"{value:,.1f}" if isinstance(value, float) else f"{value:,}"
+
+
+def ago(value: float | str | None) -> str:
+    """Seconds (or an RFC 3339 time) as a short age: `4s`, `3m12s`, `2h05m`, `3d4h`."""
+    if value is None or value == "":
+        return "-"
+    seconds = (
+        (datetime.now(UTC) - parse_time(value)).total_seconds() if isinstance(value, str) else value
+    )
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600}h"
+
+
+def clock(value: str | None) -> str:
+    """An RFC 3339 time as `2026-11-23 21:05:09Z` (seconds, UTC)."""
+    if not value:
+        return "-"
+    return parse_time(value).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def quote_part(value: str) -> str:
+    """A value for one URL path segment (slashes too are escaped)."""
+    return quote(str(value), safe="")
+
+
+def ask(
+    request: Request,
+    question: str,
+    detail: str,
+    fields: dict[str, Any],
+    count: int,
+    back: str,
+) -> Response:
+    """The confirmation step of a destructive action: a page whose form repeats the
+    action with `confirm=yes`; for scripts, 409 with the count."""
+    if wants_json(request):
+        return json_response({"error": "send confirm=yes to do it", "count": count}, 409)
+    if count == 0:
+        raise DashboardError(409, f"{question.rstrip('?')}: there is nothing to do.")
+    return page(
+        request,
+        "confirm.html",
+        title="Confirm",
+        question=question,
+        detail=detail,
+        action=request.url.path,
+        fields=fields,
+        back=back,
+    )

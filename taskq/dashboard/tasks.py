@@ -1,0 +1,87 @@
+"""`/tasks/<id>`: a task's whole story, live while it runs, with cancel and (when dead)
+requeue; and `/workflows/<id>`: a workflow's steps and their states."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from taskq.cancels import UNKNOWN, cancel
+from taskq.dashboard.config import DashboardError
+from taskq.dashboard.gate import checked_form
+from taskq.dashboard.live import event_stream, task_events
+from taskq.dashboard.render import API, done, respond, wants_json
+from taskq.dashboard.shared import client_of, param, url
+from taskq.dlq.browse import get_dead
+from taskq.dlq.requeue import requeue
+from taskq.flow_story import flow_id_of, flow_story
+from taskq.results import FINAL
+from taskq.story import story
+
+
+async def task_page(request: Request) -> Response:
+    """A task's story; a workflow's id leads to the workflow's page."""
+    client, task_id = client_of(request), param(request, "task_id")
+    told = await story(client, task_id)
+    if told is None:
+        if await flow_story(client, task_id) is not None:
+            where = url("workflows", task_id)
+            return RedirectResponse(API + where if wants_json(request) else where, 303)
+        raise DashboardError(404, f"no task {task_id!r}: nothing waits, runs or recorded it")
+    live = told.state not in FINAL
+    return respond(
+        request,
+        "task.html",
+        told.to_dict(),
+        title=f"{told.task or 'Task'} {task_id}",
+        told=told,
+        workflow=_workflow_of(told.id, told.workflow),
+        events=url("events", "tasks", task_id) if live else "",
+    )
+
+
+def _workflow_of(task_id: str, final: str | None) -> str | None:
+    """The workflow a task belongs to: named by its record, or by its id's shape
+    (`<flow>.<n>`, `<flow>.cb`: the final step's record names no other task)."""
+    flow = flow_id_of(final or task_id)
+    return flow if flow != (final or task_id) or final else None
+
+
+async def cancel_task(request: Request) -> Response:
+    """POST: cancel the task wherever it is (waiting: never runs; running: stopped)."""
+    await checked_form(request)
+    task_id = param(request, "task_id")
+    report = await cancel(client_of(request), task_id)
+    if report.outcome == UNKNOWN:
+        raise DashboardError(404, f"no task {task_id!r}: {report.detail}")
+    return done(request, url("tasks", task_id), report.outcome, report.to_dict())
+
+
+async def requeue_task(request: Request) -> Response:
+    """POST: send a dead task back to its queue (its dead letter, requeued)."""
+    await checked_form(request)
+    client, task_id = client_of(request), param(request, "task_id")
+    told = await story(client, task_id)
+    letter = told.dead_letter if told is not None else None
+    record = await get_dead(client, str(letter.get("seq"))) if letter else None
+    if record is None:
+        raise DashboardError(409, f"task {task_id!r} has no dead letter to requeue")
+    result = await requeue(client, [record])
+    if result.failed:
+        raise DashboardError(502, f"not requeued: {result.failed[0][1]}")
+    body = {"requeued": result.requeued, "failed": result.failed}
+    return done(request, url("tasks", task_id), "requeued", body, n=result.requeued)
+
+
+async def task_stream(request: Request) -> Response:
+    """GET /events/tasks/<id>: `state`, `progress`, then `final` events."""
+    return event_stream(task_events(client_of(request), param(request, "task_id")))
+
+
+async def workflow_page(request: Request) -> Response:
+    """A chain, group or chord: every step with its state."""
+    ref = param(request, "flow_id")
+    told = await flow_story(client_of(request), ref)
+    if told is None:
+        raise DashboardError(404, f"no workflow {ref!r}: no step of it is known")
+    return respond(request, "workflow.html", told.to_dict(), title=f"Workflow {told.id}", flow=told)

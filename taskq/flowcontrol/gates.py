@@ -1,0 +1,250 @@
+"""Enqueue-side flow control: `unique_for`, `debounce` and `throttle` (`task.options(...)`).
+
+- unique: a create-only record with a TTL (ADR-43) per task and arguments (or `key`); the
+  first enqueue in the window creates it and publishes, later ones find it and get the first
+  task's handle. Within the stream's dedup window (2 min) a later enqueue also publishes its
+  call under the first id: the server drops it as a duplicate if the first publish landed,
+  and stores it if the first producer died between creating the record and publishing.
+- debounce: one message schedule (ADR-51) per task and key, in the queue's stream;
+  every enqueue replaces it (compare-and-set on the subject's last sequence) with the new
+  arguments and a new due time, keeping the burst's task id; the server runs it once.
+- throttle: a create-only record with the window as TTL; the first enqueue of a window
+  publishes, the rest are dropped with a `dropped` result naming the kept run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+from taskq.client import Client, ClientSource
+from taskq.envelope import TASK_HEADER, Envelope, format_time
+from taskq.errors import ConfigError, TaskqError
+from taskq.flowcontrol.keys import call_digest, task_token, token
+from taskq.flowcontrol.store import ensure_limits
+from taskq.handle import TaskHandle
+from taskq.middleware import Chain
+from taskq.nats import StoredMessage
+from taskq.portal import Portal
+from taskq.results import ResultRecord, ensure_results, store
+from taskq.retrying import retry_transient
+from taskq.schedules import SCHEDULE, TARGET, at_expression
+
+log = logging.getLogger("taskq")
+Send = Callable[[Envelope], Awaitable[TaskHandle]]  # publish an envelope the usual way
+
+
+class GateApp(ClientSource, Protocol):
+    """What the gates need of an App."""
+
+    @property
+    def portal(self) -> Portal: ...
+
+    @property
+    def middleware(self) -> Chain: ...
+
+
+@dataclass(frozen=True)
+class Gate:
+    """The enqueue-side options of one call (at most one of the three is set)."""
+
+    unique_for: float | None = None
+    debounce: float | None = None
+    throttle: float | None = None
+    key: str | None = None
+
+    def __post_init__(self) -> None:
+        given = [(n, v) for n, v in self._options() if v is not None]
+        if len(given) > 1:
+            raise ConfigError(f"use one of unique_for, debounce, throttle, not {given[0][0]} too")
+        for name, value in given:
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise ConfigError(f"{name} must be a number of seconds > 0, not {value!r}")
+            if name != "unique_for" and not self.key:
+                raise ConfigError(f"{name}= needs key= (the group it applies to)")
+
+    def _options(self) -> list[tuple[str, float | None]]:
+        return [
+            ("unique_for", self.unique_for),
+            ("debounce", self.debounce),
+            ("throttle", self.throttle),
+        ]
+
+    @property
+    def active(self) -> bool:
+        return self.unique_for is not None or self.debounce is not None or self.throttle is not None
+
+
+async def unique(
+    app: GateApp, envelope: Envelope, queue: str, gate: Gate, send: Send
+) -> TaskHandle:
+    """Publish unless the same call (or key) was enqueued within `gate.unique_for` seconds;
+    then the first call's handle (`duplicate`), and nothing new is stored."""
+    assert gate.unique_for is not None
+    client = await app.client()
+    stream = await ensure_limits(client)
+    which = token(gate.key) if gate.key else call_digest(envelope.args, envelope.kwargs)
+    subject = client.names.limit_subject("unique", which, envelope.task)
+    records = client.connection.records
+    while True:
+        seq = await retry_transient(
+            lambda: records.create(subject, _mark(envelope.id), gate.unique_for)
+        )
+        if seq is not None:
+            return await _or_release(client, stream, seq, send(envelope))
+        stored = await client.connection.messages.last(stream, subject)
+        if stored is not None:  # else it expired between the two reads: try again
+            return await _first(app, client, envelope, queue, stored, send)
+
+
+async def _first(
+    app: GateApp,
+    client: Client,
+    envelope: Envelope,
+    queue: str,
+    stored: StoredMessage,
+    send: Send,
+) -> TaskHandle:
+    """The first call's handle. While the first publish is inside the stream's dedup
+    window, publish this call again under its id: a no-op if it landed, the repair if its
+    producer died between reserving and publishing."""
+    first = _stored_id(stored.data) or ""
+    age = (datetime.now(UTC) - (stored.time or datetime.now(UTC))).total_seconds()
+    if first and age < client.settings.duplicate_window - 5:
+        await send(replace(envelope, id=first))
+    return TaskHandle(first, envelope.task, queue, 0, True, app)
+
+
+async def throttle(
+    app: GateApp, envelope: Envelope, queue: str, gate: Gate, send: Send
+) -> TaskHandle:
+    """Publish if this is the first call for `gate.key` in its `gate.throttle` window; else
+    drop it: nothing is published and its result is `dropped` (TaskDropped)."""
+    assert gate.throttle is not None and gate.key is not None
+    client = await app.client()
+    stream = await ensure_limits(client)
+    subject = client.names.limit_subject("throttle", token(gate.key), envelope.task)
+    records = client.connection.records
+    seq = await retry_transient(lambda: records.create(subject, _mark(envelope.id), gate.throttle))
+    if seq is not None:
+        return await _or_release(client, stream, seq, send(envelope))
+    stored = await client.connection.messages.last(stream, subject)
+    kept = str(json.loads(stored.data).get("id", "")) if stored is not None else ""
+    reason = f"throttled: one run per {gate.throttle:g}s for key {gate.key!r}"
+    await _record_dropped(client, envelope, queue, reason, kept)
+    return TaskHandle(envelope.id, envelope.task, queue, 0, False, app, dropped=True)
+
+
+async def _record_dropped(
+    client: Client, envelope: Envelope, queue: str, reason: str, kept: str
+) -> None:
+    await ensure_results(client)
+    record = ResultRecord(
+        state="dropped",
+        task=envelope.task,
+        queue=queue,
+        reason=reason + (f" (kept {kept})" if kept else ""),
+        result={"kept": kept},
+        args=envelope.args,
+        kwargs=envelope.kwargs,
+        enqueued_at=envelope.enqueued_at,
+    )
+    await store(client, envelope.id, record)
+
+
+async def debounce(
+    app: GateApp,
+    envelope: Envelope,
+    queue: str,
+    gate: Gate,
+    partition_key: str | None,
+    lane: bool = False,
+    level: int = 5,
+) -> TaskHandle:
+    """(Re)place the key's schedule: one run, `gate.debounce` seconds after the last call,
+    with the last call's arguments; every call of a burst gets the burst's task id."""
+    assert gate.debounce is not None and gate.key is not None
+    client = await app.client()
+    part = await client.place(queue, partition_key or gate.key)
+    name = f"debounce.{token(gate.key)}.{task_token(envelope.task)}"
+    schedule = _Schedule(
+        client.names.queue_stream(queue, part), client.names.schedule_subject(queue, name, part)
+    )
+    call = client.placed(envelope, queue, part, lane, level)
+    for _ in range(20):  # another producer replaced it meanwhile: read again
+        handle = await schedule.replace(app, client, call, gate.debounce)
+        if handle is not None:
+            return handle
+    raise TaskqError(f"debounce of {envelope.task} for key {gate.key!r}: too much contention")
+
+
+@dataclass(frozen=True)
+class _Schedule:
+    """A debounce schedule: the one message schedule of a task and key."""
+
+    stream: str
+    subject: str
+
+    async def replace(
+        self, app: GateApp, client: Client, call: Envelope, seconds: float
+    ) -> TaskHandle | None:
+        """Replace the schedule with `call` due in `seconds`, keeping the burst's id; None
+        when another producer replaced it first (compare-and-set on its last sequence)."""
+        stored = await client.connection.messages.last(self.stream, self.subject)
+        first = _stored_id(stored.data) if stored is not None else None
+        due = datetime.now(UTC) + timedelta(seconds=seconds)
+        call = replace(call, id=first or call.id, eta=format_time(due))
+        last = stored.seq if stored is not None else 0
+        seqs: list[int | None] = []
+
+        async def publish(final: Envelope) -> None:
+            headers = {**final.headers, SCHEDULE: at_expression(due), TARGET: final.subject}
+            headers[TASK_HEADER] = final.task
+            records = client.connection.records
+            body = final.encode()
+            seqs.append(
+                await retry_transient(
+                    lambda: records.replace(self.subject, body, last, headers=headers)
+                )
+            )
+
+        await app.middleware.enqueue(call, publish)
+        if len(seqs) != 1:
+            raise TaskqError(f"an enqueue middleware did not call call_next once: {call.task}")
+        if seqs[0] is None:
+            return None
+        return TaskHandle(call.id, call.task, call.queue, seqs[0], first is not None, app)
+
+
+def _stored_id(data: bytes) -> str | None:
+    try:
+        value = json.loads(data).get("id")
+    except (ValueError, AttributeError):
+        return None
+    return str(value) if value else None
+
+
+def _mark(task_id: str) -> bytes:
+    return json.dumps({"id": task_id}).encode()
+
+
+async def _or_release(
+    client: Client, stream: str, seq: int, publish: Awaitable[TaskHandle]
+) -> TaskHandle:
+    """Await the publish; if it fails, remove the window's record (it holds no task)."""
+    try:
+        return await publish
+    except BaseException:
+        await _quietly(client.connection.messages.delete(stream, seq))
+        raise
+
+
+async def _quietly(call: Awaitable[object]) -> None:
+    try:
+        await call
+    except TaskqError as exc:
+        log.debug("flow-control bookkeeping failed: %s", exc)

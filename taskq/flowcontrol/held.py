@@ -1,0 +1,196 @@
+"""Holding a task back without costing it an attempt: a one-shot schedule, then the ack.
+
+A delivery held by a limit is re-scheduled as an ADR-51 `@at` schedule on
+`<prefix>.s.<queue>.held.<task id>.<group>` (its body unchanged, its target the task's
+subject) and the delivery is then acknowledged: a NAK would count as an attempt and toward
+the consumer's MaxDeliver. The schedule carries `Taskq-Attempts-Spent` (attempts already
+used by earlier messages of the task), which the worker adds to the server's delivery count
+when the copy arrives, so the attempt number is right and a limit never uses one up.
+`<group>` names the limit (`slot.<key>.<task>`, `rate.<key>.<task>`, `lane.-.<task>`), so the
+held tasks of one limit can be found (to wake one) and counted (`taskq limits`). A task
+parked for a slot is woken by a direct copy (no scheduler latency); its park token makes
+sure that copy and a late firing of its schedule never both run (`wake`, `claim`).
+
+The crash window between the schedule's publish and the ack: the schedule is published
+with `Nats-Msg-Id` `<id>.held.<stream>.<seq>.<delivery>`. A worker dying before the ack
+leaves the delivery to be redelivered after the lease; the worker judging delivery k of a
+limited task first publishes a probe with delivery k-1's id: the server answers
+`duplicate` exactly when that deferral was stored (within its dedup window, which is why
+a limited task's ack_wait must be well below `duplicate_window`), and the redelivery is then
+only acknowledged. So a held task is never lost (the schedule is stored before the ack) and
+never run twice (the probe). The probe itself is a plain message with a 60 s TTL, deleted
+at once: it never fires.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from taskq.client import Client
+from taskq.envelope import MSG_ID
+from taskq.flowcontrol.keys import task_token, token
+from taskq.flowcontrol.store import ensure_limits
+from taskq.nats import Delivery, StoredMessage
+from taskq.nats.records import TTL
+from taskq.retrying import retry_transient
+from taskq.schedules import SCHEDULE, TARGET, at_expression
+from taskq.topology.partitions import Part
+
+SPENT = "Taskq-Attempts-Spent"  # attempts used by earlier messages of this task
+HELD = "Taskq-Held"  # which limit held it, for people (`taskq task ID`)
+TICKET = "Taskq-Rate-Ticket"  # a rate-limit window reserved for it (`<period>:<window>`)
+PARK = "Taskq-Park"  # a parked task's token: of its copies (woken, fired) only one runs
+SLOT_HINT = "Taskq-Slot-Hint"  # on a woken copy: the slot just released, tried first
+HELD_ROOT = "held"
+
+
+def group(kind: str, key: str, task: str) -> str:
+    """The three tokens naming one limit in held schedules' subjects."""
+    return f"{kind}.{key}.{task_token(task)}"
+
+
+def spent(delivery: Delivery) -> int:
+    """Attempts spent before this message (0 unless it is a held task's copy)."""
+    value = delivery.header(SPENT)
+    return int(value) if value and value.isdigit() else 0
+
+
+class Holder:
+    """Held schedules of one queue stream (a queue's, or one partition's)."""
+
+    def __init__(self, client: Client, queue: str, part: Part) -> None:
+        self.client = client
+        self.queue = queue
+        self.part = part
+        self.stream = client.names.queue_stream(queue, part)
+
+    def subject(self, task_id: str, limit: str) -> str:
+        name = f"{HELD_ROOT}.{token(task_id)}.{limit}"
+        return self.client.names.schedule_subject(self.queue, name, self.part)
+
+    def group_filter(self, limit: str) -> str:
+        """Every held schedule of one limit in this stream."""
+        name = f"{HELD_ROOT}.*.{limit}"
+        return self.client.names.schedule_subject(self.queue, name, self.part)
+
+    async def hold(
+        self,
+        d: Delivery,
+        task_id: str,
+        target: str,
+        limit: str,
+        until: datetime,
+        headers: dict[str, str],
+    ) -> None:
+        """Store the held copy of delivery `d` (due at `until`, to `target`); the caller
+        acknowledges `d` after this returns."""
+        sent = {**carried(d.raw_headers), **headers}
+        sent[SCHEDULE] = at_expression(until)
+        sent[TARGET] = target
+        sent[MSG_ID] = commit_id(task_id, d.stream, d.seq, d.num_delivered)
+        subject = self.subject(task_id, limit)
+        connection = self.client.connection
+        await retry_transient(
+            lambda: connection.publish(subject, d.data, sent), what="holding a task"
+        )
+
+    async def was_held(self, d: Delivery, task_id: str) -> bool:
+        """True when the previous delivery of this message was held (its schedule stored)
+        but not acknowledged: the worker died in between. See the module docstring."""
+        if d.num_delivered < 2:
+            return False
+        previous = commit_id(task_id, d.stream, d.seq, d.num_delivered - 1)
+        subject = self.subject(task_id, "probe.-.-")
+        connection = self.client.connection
+        ack = await retry_transient(
+            lambda: connection.publish(subject, b"", {MSG_ID: previous, TTL: "60s"}),
+            what="checking a held task",
+        )
+        if not ack.duplicate:
+            await connection.messages.delete(self.stream, ack.seq)
+        return ack.duplicate
+
+    async def wake(self, limit: str, note: dict[str, str] | None = None) -> bool:
+        """Send the oldest task parked on `limit` back to its queue now (with the headers
+        `note`); False when none is parked here.
+
+        Workers releasing slots at once must wake different tasks: a waker first claims
+        one by replacing its schedule with an identical one (compare-and-set on its
+        sequence, so one waker wins; the others move on to the next parked task). It then
+        publishes a copy of the task (`Nats-Msg-Id` from its park token) and deletes the
+        schedule. A crash before the copy leaves the schedule to fire at its recheck time;
+        one after it leaves two copies with one park token, and only the first judged runs
+        (`claim`)."""
+        claimed = await self._claim_oldest(limit)
+        if claimed is None:
+            return False
+        held, mine = claimed
+        token = held.headers.get(PARK, "")
+        headers = {**carried(held.headers), **(note or {}), MSG_ID: f"wake.{token or mine}"}
+        target, connection = held.headers.get(TARGET, ""), self.client.connection
+        await retry_transient(lambda: connection.publish(target, held.data, headers))
+        await connection.messages.delete(self.stream, mine)
+        return True
+
+    async def _claim_oldest(self, limit: str) -> tuple[StoredMessage, int] | None:
+        """The oldest parked task on `limit` nobody else is waking, and the sequence of
+        its schedule once claimed (re-stored unchanged, compare-and-set); None if none."""
+        messages, records = self.client.connection.messages, self.client.connection.records
+        seq = 1
+        for _ in range(16):
+            held = await messages.next(self.stream, seq, subject=self.group_filter(limit))
+            if held is None:
+                return None
+            kept = {k: v for k, v in held.headers.items() if k in (SCHEDULE, TARGET)}
+            schedule = {**carried(held.headers), **kept}
+            mine = await records.replace(held.subject, held.data, held.seq, headers=schedule)
+            if mine is not None:
+                return held, mine
+            seq = held.seq + 1  # another worker is waking that one
+        return None
+
+
+def commit_id(task_id: str, stream: str, seq: int, delivery: int) -> str:
+    return f"{task_id}.held.{stream}.{seq}.{delivery}"
+
+
+def carried(headers: dict[str, str] | None) -> dict[str, str]:
+    """The headers a held copy keeps: the task's own (trace context, Taskq-*), not the
+    server's (message id, schedule bookkeeping, TTL)."""
+    if not headers:
+        return {}
+    return {k: v for k, v in headers.items() if not k.startswith("Nats-")}
+
+
+async def claim(client: Client, d: Delivery, token: str, task: str) -> bool:
+    """True when this delivery may run as the copy of parked task `token`: it is the first
+    copy judged (a create-only record names its message), or it is that copy again (a
+    redelivery). A second copy (its schedule fired before it could be deleted) is False."""
+    stream = await ensure_limits(client)
+    subject = client.names.limit_subject("claim", token, task)
+    mine = f"{d.stream}:{d.seq}".encode()
+    records = client.connection.records
+    if await retry_transient(lambda: records.create(subject, mine, CLAIM_TTL)) is not None:
+        return True
+    stored = await client.connection.messages.last(stream, subject)
+    return stored is None or stored.data == mine
+
+
+CLAIM_TTL = 86400.0  # a parked task's other copy fires within its recheck time: far less
+
+
+_KINDS = {"slot": "max_per_key", "rate": "rate_limit", "lane": "max_concurrency"}
+
+
+def held_limit(schedule_root: str, subject: str) -> str | None:
+    """For a held schedule's subject (under the stream's `schedule_root`), the limit holding
+    it as people read it: `rate_limit notify`, `max_per_key report (acme)`; else None."""
+    head = schedule_root + HELD_ROOT + "."
+    if not subject.startswith(head):
+        return None
+    parts = subject[len(head) :].split(".", 3)  # id, kind, key, task
+    if len(parts) != 4 or parts[1] not in _KINDS:
+        return None
+    task = parts[3].replace("/", ".")
+    key = "" if parts[2] in ("-", "_all") else f" ({parts[2]})"
+    return f"{_KINDS[parts[1]]} {task}{key}"

@@ -1,0 +1,129 @@
+"""`taskq.testing.worker(app)`: a real Worker in the test's event loop, and what it did.
+
+The worker is the one `taskq worker` runs, tuned for tests: pull requests expire after
+`FETCH_TIMEOUT` (not 1 s) because stopping waits for the open ones, and the crash-loop
+sweeper is off (it serves workers that die mid-task, which an in-process worker does not).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+from pydantic import ValidationError
+
+from taskq.app import App
+from taskq.dlq.browse import list_dead
+from taskq.dlq.record import DeadLetter
+from taskq.errors import NotFound
+from taskq.results import ResultRecord, key_for
+from taskq.testing.drain import drain
+from taskq.testing.environment import active
+from taskq.workers.worker import Worker
+
+FETCH_TIMEOUT = 0.01  # seconds: what stopping the worker waits for at most
+
+
+class Results(Mapping[str, ResultRecord]):
+    """Each task's latest result record (state, result, error, attempts), by task id."""
+
+    def __init__(self, by_key: dict[str, ResultRecord] | None = None) -> None:
+        self._by_key = by_key or {}
+
+    def __getitem__(self, task_id: str) -> ResultRecord:
+        # ids that are no valid KV key (idempotency keys with any character) are stored
+        # under a hash of themselves (taskq.results.key_for)
+        return self._by_key[key_for(task_id)]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._by_key)
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+
+class TestWorker:
+    """A running Worker of `app`: `drain()` waits for its queues to empty, then `results`
+    and `dead` say how each task ended."""
+
+    __test__ = False  # pytest: not a test class
+
+    def __init__(self, app: App, worker: Worker) -> None:
+        self.app = app
+        self.worker = worker
+        self.results = Results()  # as of the last drain()
+        self.dead: dict[str, DeadLetter] = {}  # by task id, as of the last drain()
+
+    @property
+    def stats(self) -> Mapping[str, int]:
+        """What the worker did so far: succeeded, retried, dead, cancelled, ..."""
+        return self.worker.stats
+
+    async def drain(self, timeout: float = 30.0) -> None:
+        """Return when no task is waiting or in flight in the worker's queues and every
+        workflow step and schedule due so far has run; then read `results` and `dead`.
+        DrainTimeout (a TaskqError) after `timeout` seconds."""
+        client = await self.app.client()
+
+        def settled() -> int:
+            return sum(n for k, n in self.worker.stats.items() if ":" not in k)
+
+        await drain(client, self.worker.queues, settled, timeout)
+        self.results = Results(await _records(self.app))
+        self.dead = {record.id: record for record in await list_dead(client)}
+
+
+async def _records(app: App) -> dict[str, ResultRecord]:
+    client = await app.client()
+    try:
+        entries = await client.connection.kv.entries(client.names.results_bucket)
+    except NotFound:
+        return {}
+    records = {}
+    for entry in entries:
+        try:
+            records[entry.key] = ResultRecord.model_validate_json(entry.value)
+        except ValidationError:
+            continue  # not a record (another writer's value)
+    return records
+
+
+@asynccontextmanager
+async def worker(
+    app: App, queues: list[str] | None = None, *, concurrency: int = 16, **options: Any
+) -> AsyncIterator[TestWorker]:
+    """Run a Worker of `app` (on `queues`: default, those of its tasks) for the block.
+
+    Inside a test that uses the `taskq_server` fixture, `app` is first pointed at that
+    server and the test's own prefix. Other `options` are Worker's (grace, pool_size, ...).
+    A start hook that fails raises here; the app's connection is closed at the end.
+    """
+    environment = active()
+    if environment is not None and environment.adopt(app):
+        await app.aclose()  # a connection made before, on this loop, went elsewhere
+    options.setdefault("fetch_timeout", FETCH_TIMEOUT)
+    options.setdefault("sweeper", False)
+    harness = TestWorker(app, Worker(app, queues, concurrency=concurrency, **options))
+    job = asyncio.create_task(harness.worker.run())
+    try:
+        await _started(harness.worker, job)
+        yield harness
+    finally:
+        harness.worker.stop()
+        try:
+            await asyncio.wait_for(job, timeout=60)
+        finally:
+            await app.aclose()
+
+
+async def _started(running: Worker, job: asyncio.Task[None]) -> None:
+    """Wait until the worker fetches, or raise why it could not start (e.g. HookError)."""
+    ready = asyncio.create_task(running.wait_ready())
+    await asyncio.wait({ready, job}, return_when=asyncio.FIRST_COMPLETED)
+    if not ready.done():
+        ready.cancel()
+        job.result()  # raises the start-up error
+        raise RuntimeError("the worker stopped before it was ready")
+    ready.result()

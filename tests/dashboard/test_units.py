@@ -1,0 +1,139 @@
+"""Pure parts of the dashboard: when schedules fire next, where a dashboard may listen,
+what it shows of its NATS URL, workflow ids; and `taskq demo --dashboard`."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from datetime import UTC, datetime
+
+import pytest
+
+from taskq.cron import next_fire, parse_cron
+from taskq.dashboard.config import DashboardConfig, UnsafeBind, check_bind, is_loopback
+from taskq.errors import ConfigError
+from taskq.flow_story import flow_id_of
+from taskq.settings import Settings
+from tests.conftest import ROOT, run_cli
+
+NOW = datetime(2026, 11, 23, 21, 21, 23, 600_000, tzinfo=UTC)  # a Monday
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        ("*/4 * * * * *", "2026-11-23 21:21:24"),
+        ("0 0 3 * * *", "2026-11-24 03:00:00"),
+        ("@hourly", "2026-11-23 22:00:00"),
+        ("@daily", "2026-11-24 00:00:00"),
+        ("0 30 9 * * MON-FRI", "2026-11-24 09:30:00"),
+        ("0 0 0 29 2 *", "2028-02-29 00:00:00"),  # the next leap day
+        ("0 0 12 1 * MON", "2026-11-30 12:00:00"),  # day and weekday both set: either
+        ("0 0 12 * * SUN", "2026-11-29 12:00:00"),
+        ("0 0 12 * * 7", "2026-11-29 12:00:00"),  # 7 is Sunday too
+        ("30 15 10 1 JAN *", "2027-01-01 10:15:30"),
+        ("@every 3s", "2026-11-23 21:21:27"),  # whole seconds after the next second
+        ("@at 2026-12-01T00:00:00Z", "2026-12-01 00:00:00"),
+    ],
+)
+def test_next_fire(expression: str, expected: str) -> None:
+    moment = next_fire(expression, NOW, NOW)
+    assert moment is not None and moment.strftime("%Y-%m-%d %H:%M:%S") == expected
+
+
+def test_every_counts_from_when_the_schedule_was_stored() -> None:
+    # measured on nats-server 2.15.1: stored at :23.6, `@every 3s` fired at :27, :30, :33
+    later = NOW.replace(second=30, microsecond=200_000)
+    assert next_fire("@every 3s", NOW, later) == NOW.replace(second=33, microsecond=0)
+    assert next_fire("0 0 0 31 2 *", NOW, NOW) is None  # 31 February never comes
+
+
+@pytest.mark.parametrize("bad", ["* * * * *", "61 * * * * *", "*/0 * * * * *", "x * * * * *"])
+def test_bad_cron_is_a_config_error(bad: str) -> None:
+    with pytest.raises(ConfigError):
+        parse_cron(bad)
+
+
+def test_only_loopback_binds_need_no_token() -> None:
+    for host in ("127.0.0.1", "127.0.0.2", "::1", "[::1]", "localhost"):
+        assert is_loopback(host)
+        check_bind(host, None)
+    for host in ("0.0.0.0", "::", "192.168.1.5", "dashboard.internal"):
+        assert not is_loopback(host)
+        with pytest.raises(UnsafeBind, match=f"refusing to listen on {host} without a token"):
+            check_bind(host, None)
+        check_bind(host, "a-token")
+
+
+def test_the_server_label_never_holds_credentials() -> None:
+    settings = Settings(url="nats://ops:pw@10.0.0.1:4222,tls://u:p@n2:4222", prefix="shop")
+    label = DashboardConfig(settings).server_label()
+    assert label == "nats://10.0.0.1:4222,tls://n2:4222 (prefix shop)"
+
+
+def test_workflow_ids() -> None:
+    assert flow_id_of("01ABC.3") == "01ABC"
+    assert flow_id_of("01ABC.cb") == "01ABC"
+    assert flow_id_of("01ABC") == "01ABC"
+    assert flow_id_of("order.shipping") == "order.shipping"
+
+
+def test_demo_keeps_running_under_the_dashboard_until_ctrl_c() -> None:
+    demo = ["demo", "--no-spark", "--tasks", "20", "--dashboard", "--dashboard-port", "0"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "taskq", *demo],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        url = ""
+        deadline = time.monotonic() + 60
+        while not url and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            assert line, "the demo ended before serving the dashboard"
+            if line.startswith("dashboard "):
+                url = line.split()[1]
+        with urllib.request.urlopen(url + "api/", timeout=10) as reply:
+            assert b'"queue": "default"' in reply.read()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_demo_points_at_the_dashboard() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "taskq", "demo", "--no-spark", "--tasks", "10"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "`taskq demo --dashboard`" in done.stdout and "http://127.0.0.1:8787/" in done.stdout
+
+
+def test_a_taken_port_or_no_server_is_one_line_and_exit_1(nats_url: str, prefix: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        busy = run_cli(nats_url, prefix, "dashboard", "--port", port, timeout=30)
+    assert busy.returncode == 1
+    assert busy.stderr.startswith(f"taskq: cannot listen on 127.0.0.1:{port}: ")
+    assert len(busy.stderr.strip().splitlines()) == 1
+    nowhere = run_cli("nats://127.0.0.1:1", prefix, "dashboard", "--port", "0", timeout=30)
+    assert nowhere.returncode == 1
+    assert nowhere.stderr.strip() == (
+        "taskq: cannot reach NATS at nats://127.0.0.1:1: start one with `taskq server`"
+    )

@@ -1,0 +1,179 @@
+"""Global and per-key concurrency limits across worker processes (docs/flow-control.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from taskq import App, ConfigError
+from taskq.envelope import Envelope
+from taskq.flowcontrol.held import SPENT
+from taskq.workers.settle import Settler
+from tests.apps import flowctl
+from tests.conftest import WorkerProcess, running_worker, wait_until
+from tests.flow_helpers import events, flow_app, most_at_once, start_workers
+
+__all__ = ["flow_app"]  # a fixture
+
+
+async def test_max_concurrency_holds_across_three_worker_processes(
+    flow_app: App, tmp_path: Path, worker_process: Callable[..., WorkerProcess]
+) -> None:
+    ledger = tmp_path / "ledger"
+    # Given 3 worker processes with 8 slots each, and 36 tasks limited to 3 at once
+    await start_workers(worker_process, ledger, 3)
+    handles = await flowctl.limited.enqueue_many([[str(i), 0.25] for i in range(36)])
+    started = time.monotonic()
+    for handle in handles:
+        await handle.result(timeout=60)
+    took = time.monotonic() - started
+    rows = events(ledger)
+    # Then never more than 3 ran at once (sampled from every run's start and end), the
+    # limit was used (3 at once), every task ran once on attempt 1, across processes
+    assert most_at_once(rows) == 3
+    starts = [r for r in rows if r[0] == "start"]
+    assert len(starts) == 36 and {r[3] for r in starts} == {1}
+    assert len({r[4] for r in starts}) >= 2
+    assert took < 36 * 0.25 / 3 + 3.0  # near the limit, not serialised
+
+
+async def test_per_key_limit_is_kept_and_a_busy_key_does_not_hold_up_another(
+    flow_app: App, tmp_path: Path, worker_process: Callable[..., WorkerProcess]
+) -> None:
+    ledger = tmp_path / "ledger"
+    duration, free_slots = 0.5, 2
+    # Given tenant a with 1,000 queued tasks (2 at a time) and then one task of tenant b
+    await flowctl.per_tenant.enqueue_many([["a", str(i), duration] for i in range(1000)])
+    b = await flowctl.per_tenant.enqueue("b", "only", duration)
+    await start_workers(worker_process, ledger, 3)
+    await b.result(timeout=60)
+    await asyncio.sleep(1.0)  # a few more of a's tasks run meanwhile
+    rows = events(ledger)
+    first = min(at for event, _, at, _, _ in rows if event == "start")
+    b_start = next(at for event, token, at, _, _ in rows if token == "b:only" and event == "start")
+    # Then b's task started within one task duration per free slot of the workers' start
+    # (it waited only for a's backlog to be parked, never for a's slots)
+    assert b_start - first <= duration * free_slots, b_start - first
+    assert most_at_once(rows, "a:") == 2
+    assert {attempt for event, _, _, attempt, _ in rows if event == "start"} == {1}
+
+
+async def test_a_killed_worker_gives_its_slots_back_within_the_lease(
+    flow_app: App, tmp_path: Path, worker_process: Callable[..., WorkerProcess]
+) -> None:
+    ledger = tmp_path / "ledger"
+    client = await flow_app.client()
+    # Given a worker running two tasks that fill the global limit (2) and their keys' slots
+    (first,) = await start_workers(worker_process, ledger, 1)
+    handles = [await flowctl.both.enqueue(t, "long", 2.0) for t in ("x", "y")]
+    handles += [await flowctl.both.enqueue(t, "next", 0.1) for t in ("x", "y")]
+    await wait_until(lambda: len([r for r in events(ledger) if r[0] == "start"]) == 2, 15)
+    slots = await client.connection.streams.state(
+        flow_app.names.limits_stream, subjects_filter=flow_app.names.limits_filter
+    )
+    assert len([s for s in slots.subjects if ".slot." in s]) == 2
+    # When it is SIGKILLed while holding them
+    first.kill()
+    killed = time.monotonic()
+    # Then the per-key slots expire within the lease (ack_wait 2 s)
+    await wait_until(lambda: _slots_gone(flow_app), timeout=10, every=0.05)
+    assert time.monotonic() - killed <= 2.0 + 0.5
+    # and another worker runs the killed tasks again (attempt 2): the lane's global slots
+    # came back with their deliveries; then the tasks that waited run
+    await start_workers(worker_process, ledger, 1)
+    await wait_until(lambda: len([r for r in events(ledger) if r[3] == 2]) == 2, 15)
+    for handle in handles:
+        await handle.result(timeout=30)
+    survivors = [r for r in events(ledger) if r[4] != first.proc.pid]
+    assert most_at_once(survivors) <= 2
+
+
+async def _slots_gone(app: App) -> bool:
+    client = await app.client()
+    state = await client.connection.streams.state(
+        app.names.limits_stream, subjects_filter=app.names.limit_subject("slot", "*.*", ">")
+    )
+    return not state.subjects
+
+
+async def test_a_task_outside_its_lane_is_moved_there_and_keeps_its_attempts(
+    app: App,
+) -> None:
+    attempts: list[int] = []
+
+    @app.task(max_concurrency=1, max_retries=5)
+    async def laned(n: int) -> int:
+        import taskq
+
+        attempts.append(taskq.current().attempt)
+        return n
+
+    async with running_worker(app) as worker:
+        client = await app.client()
+        # a producer that does not know the lane (a foreign one, a DLQ requeue) publishes
+        # to the queue's subject, with 2 attempts already spent
+        envelope = Envelope(id="outside-1", task="laned", args=[7])
+        placed = client.placed(envelope, "default", None)
+        placed.headers[SPENT] = "2"
+        await client.publish_placed(placed)
+        assert await app.handle("outside-1").result(timeout=10) == 7
+        assert worker.stats["held"] == 1  # moved once, through a held schedule
+    assert attempts == [3]  # attempt 3: the 2 spent + this one
+
+
+async def test_a_held_task_whose_worker_died_before_the_ack_runs_once(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ran: list[str] = []
+
+    @app.task(concurrency_key="k", max_per_key=1, ack_wait=1.0)
+    async def keyed(k: str, label: str, seconds: float) -> None:
+        ran.append(label)
+        await asyncio.sleep(seconds)
+
+    # Given a settler that "dies" after storing a held copy but before acknowledging
+    original = Settler._hold
+    crashes: list[str] = []
+
+    async def store_then_crash(self: Settler, job: object, hold: object) -> None:
+        if not crashes:
+            assert self.admission is not None
+            await self.admission.hold(job, hold)  # type: ignore[arg-type]
+            crashes.append("crashed")
+            raise RuntimeError("worker died before the ack")
+        await original(self, job, hold)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Settler, "_hold", store_then_crash)
+    async with running_worker(app, concurrency=4) as worker:
+        holder = await keyed.enqueue("same", "holder", 1.5)
+        waiter = await keyed.enqueue("same", "waiter", 0.0)
+        await holder.result(timeout=20)
+        await waiter.result(timeout=20)  # run from its held copy
+        # the unacknowledged delivery comes back (the worker NAKs what failed to settle,
+        # 5 s) and is recognised as held already: acknowledged, not run
+        await wait_until(lambda: worker.stats["held"] == 1, timeout=20)
+        await asyncio.sleep(0.5)
+    # Then the waiter ran exactly once, and nothing is left in the queue
+    assert crashes == ["crashed"]
+    assert sorted(ran) == ["holder", "waiter"]
+    client = await app.client()
+    assert (await client.connection.streams.state(app.names.queue_stream("default"))).messages == 0
+
+
+async def test_concurrency_options_are_checked(app: App) -> None:
+    for bad in (
+        {"max_concurrency": 0},
+        {"max_concurrency": 2.5},
+        {"max_per_key": 2},  # without concurrency_key
+        {"concurrency_key": "nope", "max_per_key": 2},  # not an argument
+        {"concurrency_key": "n"},  # without max_per_key
+        {"max_concurrency": 2, "ack_wait": 100.0},  # over duplicate_window / 2
+    ):
+        with pytest.raises(ConfigError):
+
+            @app.task(name=f"bad{len(app.tasks)}", **bad)
+            async def bad_task(n: int) -> None: ...

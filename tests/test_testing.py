@@ -1,0 +1,103 @@
+"""taskq.testing and its pytest plugin, as a user's suite meets them: a module-level app
+pointed at the session's server and the test's prefix by `worker()` alone, `drain()` over
+retries, workflows and schedules, outcome records, and the example suite run by pytest."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+
+import pytest
+
+from taskq import App, HookError, chain
+from taskq.envelope import parse_time
+from taskq.schedules import list_schedules
+from taskq.server import EmbeddedServer
+from taskq.testing import DrainTimeout, configure, worker
+from taskq.testing.environment import activated
+from tests.apps import shop
+from tests.conftest import ROOT
+
+
+async def test_worker_points_the_app_at_the_test_server_and_drains(
+    taskq_server: EmbeddedServer, taskq_prefix: str
+) -> None:
+    # Given a module-level app configured nowhere
+    assert shop.app.settings.url != taskq_server.url
+    async with worker(shop.app) as w:
+        # When tasks, a retry, a dead letter, a chain and a delayed task are enqueued
+        assert (shop.app.settings.url, shop.app.settings.prefix) == (
+            taskq_server.url,
+            taskq_prefix,
+        )
+        added = await shop.add.enqueue(1, 2)
+        retried = await shop.flaky.enqueue()
+        refused = await shop.refund.enqueue("o-7")
+        flow = await chain(shop.add.s(2, 3), shop.mul.s(10)).enqueue()
+        later = await shop.add.options(countdown=0.5).enqueue(20, 22)
+        [schedule] = await list_schedules(shop.app)
+        due = parse_time(schedule.expression.removeprefix("@at "))
+        await asyncio.sleep(max(0.0, (due - datetime.now(UTC)).total_seconds()))
+        # Then drain returns once everything due has run, and says how each ended
+        await w.drain(timeout=20)
+    assert w.results[added.id].result == 3
+    assert (w.results[retried.id].state, w.results[retried.id].attempts) == ("succeeded", 2)
+    assert w.results[flow.id].result == 50
+    assert w.results[later.id].result == 42
+    assert w.dead[refused.id].reason == "permanent"
+    assert w.results[refused.id].state == "dead"
+    assert w.stats["retried"] == 1 and w.stats["dead"] == 1
+
+
+async def test_drain_gives_up_with_what_is_left(taskq_server: EmbeddedServer) -> None:
+    async with worker(shop.app, grace=0.05) as w:
+        await shop.nap.enqueue(30)
+        with pytest.raises(DrainTimeout) as caught:
+            await w.drain(timeout=0.3)
+    assert caught.value.in_flight == 1 and "not drained within 0.3s" in str(caught.value)
+
+
+async def test_a_failing_start_hook_raises_from_the_block(taskq_server: EmbeddedServer) -> None:
+    app = App()
+
+    @app.on_worker_start
+    def broken() -> None:
+        raise RuntimeError("no database")
+
+    with pytest.raises(HookError):
+        async with worker(app):
+            pytest.fail("the block must not run")
+
+
+def test_apps_get_their_settings_back_after_the_test() -> None:
+    app = App(url="nats://example.invalid:4222", prefix="mine")
+    with activated("nats://127.0.0.1:1", "ttest") as environment:
+        configure(app)
+        configure(app)  # once is enough: the original settings are kept, not these
+        assert (app.settings.url, app.settings.prefix) == ("nats://127.0.0.1:1", "ttest")
+        assert environment.adopt(app) is False
+    assert (app.settings.url, app.settings.prefix) == ("nats://example.invalid:4222", "mine")
+    configure(app)  # outside a test that uses taskq_server: nothing
+    assert app.settings.prefix == "mine"
+
+
+def test_example_suite_runs_as_a_user_would(tmp_path) -> None:
+    """examples/testing/ has no conftest.py: the fixtures come from the installed plugin."""
+    folder = ROOT / "examples" / "testing"
+    assert not (folder / "conftest.py").exists()
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=0"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert " passed" in result.stdout and "failed" not in result.stdout
+    assert time.monotonic() - started < 60

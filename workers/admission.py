@@ -1,0 +1,263 @@
+"""The worker's side of flow control: admit a delivery of a limited task, or hold it.
+
+Only tasks with limits come here (`task.flow is not None`); an unlimited task's cost is
+that one attribute test in the judge. For a limited task, in order:
+1. a redelivery whose previous delivery was already held (the worker died between storing
+   the held copy and the ack), or a second copy of a woken parked task, is only
+   acknowledged (taskq.flowcontrol.held);
+2. a task with `max_concurrency` that arrived outside its lane (a foreign producer, a
+   workflow step, a DLQ requeue) is moved into its lane;
+3. `max_per_key`: take a slot of the call's key, or park the task until one is free;
+4. `rate_limit`: take a place in the current window, or hold the task until the window it
+   reserved (taskq.flowcontrol.rates); a copy arriving with the ticket of an open window
+   runs without counting again.
+Slots taken are renewed while the task runs and released after it settled, waking the
+oldest task parked on that key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from taskq.client import Client
+from taskq.errors import TaskqError
+from taskq.flowcontrol.held import (
+    HELD,
+    PARK,
+    SLOT_HINT,
+    SPENT,
+    TICKET,
+    Holder,
+    claim,
+    group,
+)
+from taskq.flowcontrol.keys import ALL, token
+from taskq.flowcontrol.options import FlowLimits, key_of
+from taskq.flowcontrol.rates import RateWindows
+from taskq.flowcontrol.slots import KeySlots, Slot
+from taskq.flowcontrol.store import ensure_limits, ensure_rates
+from taskq.ids import new_id
+from taskq.policy import Hold
+from taskq.task import Task
+from taskq.topology.partitions import Part
+from taskq.workers.job import Job
+
+log = logging.getLogger("taskq.worker")
+FULL_MEMORY = 0.05  # seconds a key seen full is parked without trying, then looked at again
+
+
+@dataclass
+class Permit:
+    """A per-key slot held while a task runs (renewed, then released)."""
+
+    slots: KeySlots
+    slot: Slot
+    task_id: str
+    group: str
+    next_beat: float
+
+
+class Admission:
+    """Flow-control checks of one worker, and the slots it holds."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.parts: dict[str, list[Part]] = {}  # queue -> its streams, to wake held tasks
+        self._holders: dict[tuple[str, Part], Holder] = {}
+        self._permits: dict[int, Permit] = {}
+        self._ticker: asyncio.Task[None] | None = None
+        self._full: dict[str, float] = {}  # per-key limit -> when this worker saw it full
+        self._rechecks: dict[str, asyncio.Task[None]] = {}
+
+    def holder(self, queue: str, part: Part) -> Holder:
+        found = self._holders.get((queue, part))
+        if found is None:
+            found = self._holders[(queue, part)] = Holder(self.client, queue, part)
+        return found
+
+    async def admit(
+        self, job: Job, task: Task[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Hold | None:
+        """None when the task may run now (its slots taken), else how it is held."""
+        flow, envelope = task.flow, job.envelope
+        assert flow is not None and envelope is not None
+        holder = self.holder(job.queue, job.setup.partition)
+        park = job.delivery.header(PARK)
+        if park and not await claim(self.client, job.delivery, park, task.name):
+            return Hold("another copy of this parked task ran", done=True)
+        if job.delivery.num_delivered > 1 and await holder.was_held(job.delivery, envelope.id):
+            return Hold("held by an earlier delivery", done=True)
+        if flow.lane and job.setup.lane != task.name:
+            lane = self.client.names.lane_subject(job.queue, task.name, job.setup.partition)
+            return Hold("its concurrency lane", group("lane", "-", task.name), target=lane)
+        if flow.max_per_key is not None:
+            hold = await self._slot(job, task, flow, args, kwargs)
+            if hold is not None:
+                return hold
+        if flow.rate is not None:
+            hold = await self._rate(job, task, flow, args, kwargs)
+            if hold is not None:
+                await self.release(job)  # its key's slot goes to the next one meanwhile
+                return hold
+        return None
+
+    async def _rate(
+        self,
+        job: Job,
+        task: Task[Any, Any],
+        flow: FlowLimits,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Hold | None:
+        assert flow.rate is not None
+        key = (
+            ALL
+            if flow.rate_key is None
+            else token(key_of(flow.rate_key, task.validator.signature, args, kwargs))
+        )
+        await ensure_rates(self.client)
+        windows = RateWindows(self.client, task.name, key, flow.rate)
+        if windows.ticket_ok(job.delivery.header(TICKET), time.time()):
+            return None  # its window was reserved when it was held
+        verdict = await windows.admit()
+        if verdict.window is None:
+            return None
+        shown = f"rate_limit {flow.rate}" + ("" if key == ALL else f" (key {key})")
+        return Hold(shown, group("rate", key, task.name), verdict.until, ticket=verdict.ticket)
+
+    async def _slot(
+        self,
+        job: Job,
+        task: Task[Any, Any],
+        flow: FlowLimits,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Hold | None:
+        assert flow.concurrency_key is not None and flow.max_per_key is not None
+        assert job.envelope is not None
+        key = key_of(flow.concurrency_key, task.validator.signature, args, kwargs)
+        slots = await self._slots(task.name, token(key), flow.max_per_key, flow.lease)
+        limit = group("slot", slots.key, task.name)
+        hint = job.delivery.header(SLOT_HINT)
+        slot = None
+        if hint or time.monotonic() - self._full.get(limit, 0.0) > FULL_MEMORY:
+            slot = await slots.acquire(
+                job.envelope.id, int(hint) if hint and hint.isdigit() else None
+            )
+        if slot is None:
+            # Parked until a holder of this key releases (it wakes the oldest parked), or
+            # a recheck finds a free slot, or, should both be missed, until a crashed
+            # holder's slot has expired. A key just seen full is not tried again: a backlog
+            # of one busy key is parked at one publish per task.
+            self._full.setdefault(limit, time.monotonic())
+            job.parked = slots
+            until = time.time() + flow.lease + 1.0
+            return Hold(f"max_per_key {flow.max_per_key} (key {key!r})", limit, until)
+        beat = time.monotonic() + _interval(flow.lease)
+        self._permits[id(job)] = Permit(slots, slot, job.envelope.id, limit, beat)
+        job.permit = True
+        self._start_ticker()
+        return None
+
+    async def _slots(self, task: str, key: str, size: int, ttl: float) -> KeySlots:
+        stream = await ensure_limits(self.client)
+        return KeySlots(self.client, stream, task, key, size, ttl)
+
+    async def hold(self, job: Job, hold: Hold) -> None:
+        """Store the held copy of `job`'s delivery (the settler acknowledges it next)."""
+        d, envelope = job.delivery, job.envelope
+        assert envelope is not None
+        holder = self.holder(job.queue, job.setup.partition)
+        headers = {SPENT: str(job.attempt - 1), HELD: hold.limit}
+        if hold.ticket:
+            headers[TICKET] = hold.ticket
+        if job.parked is not None:  # parked for a slot: woken by a copy (held.Holder.wake)
+            headers[PARK] = new_id()
+        until = _moment(hold.until)
+        await holder.hold(d, envelope.id, hold.target or d.subject, hold.group, until, headers)
+
+    async def after_hold(self, job: Job) -> None:
+        """Tasks parked on a key whose holder released between our look and our park would
+        wait for the next release: shortly after parking, look at the key's slots again
+        and wake a parked task for each free one (one look per key for a burst of parks)."""
+        slots = job.parked
+        if slots is None:
+            return
+        limit = group("slot", slots.key, slots.task)
+        if limit not in self._rechecks:
+            self._rechecks[limit] = asyncio.create_task(self._recheck(job.queue, limit, slots))
+
+    async def _recheck(self, queue: str, limit: str, slots: KeySlots) -> None:
+        try:
+            await asyncio.sleep(FULL_MEMORY)
+            self._full.pop(limit, None)
+            with contextlib.suppress(TaskqError):
+                for _ in range(slots.size - len(await slots.taken())):
+                    await self._wake(queue, limit)
+        finally:
+            self._rechecks.pop(limit, None)
+
+    async def release(self, job: Job) -> None:
+        """Give back the slot `job` held, and wake the oldest task parked on its key."""
+        permit = self._permits.pop(id(job), None)
+        job.permit = False
+        if permit is None:
+            return
+        self._full.pop(permit.group, None)
+        try:
+            await permit.slots.release(permit.slot)
+            await self._wake(job.queue, permit.group, {SLOT_HINT: str(permit.slot.index)})
+        except TaskqError as exc:  # the slot expires by itself within its TTL
+            log.warning("releasing a concurrency slot of %s failed: %s", permit.task_id, exc)
+
+    async def _wake(self, queue: str, limit: str, note: dict[str, str] | None = None) -> None:
+        for part in self.parts.get(queue) or [None]:
+            if await self.holder(queue, part).wake(limit, note):
+                return
+
+    def _start_ticker(self) -> None:
+        if self._ticker is None or self._ticker.done():
+            self._ticker = asyncio.create_task(self._renew())
+
+    async def _renew(self) -> None:
+        """Renew held slots' TTLs (every lease/3) while any is held."""
+        while self._permits:
+            await asyncio.sleep(0.25)
+            now = time.monotonic()
+            for permit in list(self._permits.values()):
+                if now >= permit.next_beat:
+                    permit.next_beat = now + _interval(permit.slots.ttl)
+                    await self._beat(permit)
+
+    async def _beat(self, permit: Permit) -> None:
+        try:
+            if not await permit.slots.renew(permit.slot, permit.task_id):
+                log.warning(
+                    "task %s lost its concurrency slot (%s): it expired before renewal",
+                    permit.task_id,
+                    permit.group,
+                )
+        except TaskqError as exc:  # a missed renewal is survivable: the next may pass
+            log.debug("renewing a concurrency slot failed: %s", exc)
+
+    async def close(self) -> None:
+        for recheck in list(self._rechecks.values()):
+            recheck.cancel()
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+
+
+def _interval(ttl: float) -> float:
+    return max(ttl / 3.0, 0.3)
+
+
+def _moment(epoch: float) -> datetime:
+    return datetime.fromtimestamp(epoch or time.time(), UTC)

@@ -1,0 +1,42 @@
+"""One delivery while the worker handles it: what the judge, the admission and the settler
+learn about it along the way."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from taskq.context import TaskContext
+from taskq.envelope import Envelope
+from taskq.flowcontrol.slots import KeySlots
+from taskq.nats import Delivery
+from taskq.task import Task
+from taskq.workers.setup import QueueSetup
+
+
+@dataclass
+class Job:
+    """What the worker knows about one delivery while handling it."""
+
+    setup: QueueSetup
+    delivery: Delivery
+    envelope: Envelope | None = None
+    task: Task[Any, Any] | None = None
+    started: float = 0.0
+    context: TaskContext | None = None
+    running: asyncio.Task[Any] | None = None  # set while the attempt runs: what a cancel stops
+    cancel_requested: bool = False
+    spent: int = 0  # attempts spent by earlier messages of this task (a held task's copy)
+    permit: bool = False  # holds a per-key concurrency slot (taskq.workers.admission)
+    parked: KeySlots | None = None  # held for a slot of these: woken if one is free now
+
+    @property
+    def queue(self) -> str:
+        return self.setup.queue
+
+    @property
+    def attempt(self) -> int:
+        """The attempt number: the server's delivery count plus attempts spent before this
+        message existed (a task held by a limit is re-published and keeps its count)."""
+        return self.delivery.num_delivered + self.spent
