@@ -33,11 +33,13 @@ class ControlPlane:
         self._beat: asyncio.Task[None] | None = None
 
     async def start(self, record: WorkerRecord) -> None:
-        """Follow cancel requests (loaded before returning), take progress, start beating."""
+        """Follow cancel requests (loaded before returning), take progress, beat once (stored
+        before returning), then every interval."""
         await self.cancels.start(self._client)
         self._judge.cancels = self.cancels
         self._judge.reporter = self.progress.report
         beat = Heartbeat(self._client, record, self._counts, self._running)
+        await beat.first()
         self._beat = asyncio.create_task(beat.run(self._stopping))
 
     async def settling(self, job: Job) -> None:

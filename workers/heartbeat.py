@@ -32,16 +32,22 @@ class Heartbeat:
         self._counts = counts
         self._running = running
 
-    async def run(self, stopping: asyncio.Event) -> None:
-        """Beat until `stopping` is set, then remove the record."""
-        bucket = self._client.names.workers_bucket
+    async def first(self) -> None:
+        """The bucket and the first beat, awaited before the worker's first fetch: a worker
+        that runs a task is already listed."""
         with contextlib.suppress(TaskqError):
             await ensure_workers(self._client)
+        await self._beat(self._client.names.workers_bucket)
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        """Beat every interval (after `first`) until `stopping` is set, then remove the record."""
+        bucket = self._client.names.workers_bucket
         try:
             while not stopping.is_set():
-                await self._beat(bucket)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stopping.wait(), self._client.settings.heartbeat)
+                if not stopping.is_set():
+                    await self._beat(bucket)
         finally:
             with contextlib.suppress(TaskqError):
                 await self._client.connection.kv.delete(bucket, self.record.key)

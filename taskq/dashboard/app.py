@@ -3,6 +3,8 @@ actions, live events, static assets) and how errors are answered."""
 
 from __future__ import annotations
 
+import asyncio
+
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -79,6 +81,7 @@ def create_app(config: DashboardConfig, client: Client) -> Starlette:
     app.state.config = config
     app.state.client = client
     app.state.templates = environment()
+    app.state.stopping = asyncio.Event()  # set when the dashboard stops: live streams end
     return app
 
 

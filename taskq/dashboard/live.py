@@ -32,16 +32,37 @@ INTERVAL = 2.0  # seconds between two readings of the queues: their rates' inter
 TASK_POLL = 0.5  # seconds between two readings of a task's record and progress
 
 
-def event_stream(events: AsyncIterator[Event]) -> Response:
-    """`events` as a text/event-stream response (ends when the browser goes away)."""
+def event_stream(request: Request, events: AsyncIterator[Event]) -> Response:
+    """`events` as a text/event-stream response: it ends when the browser goes away, or
+    when the dashboard stops (`app.state.stopping`)."""
+    stopping: asyncio.Event = request.app.state.stopping
 
     async def body() -> AsyncIterator[str]:
         yield "retry: 3000\n\n"  # reconnect after 3 s if the stream breaks
-        async for name, data in events:
+        async for name, data in _until(events, stopping):
             yield f"event: {name}\ndata: {json.dumps(data, default=repr)}\n\n"
 
     headers = {"cache-control": "no-store", "x-accel-buffering": "no"}
     return StreamingResponse(body(), media_type="text/event-stream", headers=headers)
+
+
+async def _until(events: AsyncIterator[Event], stopping: asyncio.Event) -> AsyncIterator[Event]:
+    """`events` until `stopping` is set: a stream ends at once when the dashboard stops,
+    rather than being cancelled (with a traceback in the log) at the end of its grace."""
+    stop = asyncio.ensure_future(stopping.wait())
+    try:
+        while True:
+            following = asyncio.ensure_future(anext(events))
+            await asyncio.wait((following, stop), return_when=asyncio.FIRST_COMPLETED)
+            if not following.done():
+                following.cancel()
+                return
+            try:
+                yield following.result()
+            except StopAsyncIteration:
+                return
+    finally:
+        stop.cancel()
 
 
 async def queue_events(client: Client, queues: list[str] | None) -> AsyncIterator[Event]:

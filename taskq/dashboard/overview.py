@@ -46,7 +46,7 @@ async def workers(request: Request) -> Response:
 
 async def queue_stream(request: Request) -> Response:
     """GET /events/queues[?queue=Q...]: the `stats` events of the overview."""
-    return event_stream(queue_events(client_of(request), queues_of(request)))
+    return event_stream(request, queue_events(client_of(request), queues_of(request)))
 
 
 async def go(request: Request) -> Response:

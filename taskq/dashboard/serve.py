@@ -3,6 +3,7 @@ NATS with the CLI's settings, serve with uvicorn until SIGINT/SIGTERM."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import signal
 import socket
@@ -15,7 +16,7 @@ from taskq.client import Client
 from taskq.dashboard.app import create_app
 from taskq.dashboard.config import DashboardConfig, DashboardError, check_bind
 
-GRACE = 2  # seconds open pages' live streams get to end when the dashboard stops
+GRACE = 2  # seconds requests in progress get to finish when the dashboard stops
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -45,6 +46,14 @@ class _Server(uvicorn.Server):
     normally instead of being raised again once it returned: the dashboard then closes
     its NATS connection and exits 0. A second SIGINT stops at once."""
 
+    def __init__(self, config: uvicorn.Config, stopping: asyncio.Event) -> None:
+        super().__init__(config)
+        self.stopping = stopping
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self.stopping.set()  # open pages' live streams end now, their connections close
+        await super().shutdown(sockets=sockets)
+
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         if threading.current_thread() is not threading.main_thread():
@@ -62,14 +71,16 @@ class _Server(uvicorn.Server):
 async def serve(config: DashboardConfig, client: Client, sock: socket.socket) -> None:
     """Serve the dashboard on the listening `sock` through `client` until uvicorn is told
     to stop (SIGINT/SIGTERM, when run in the main thread)."""
+    app = create_app(config, client)
     server = _Server(
         uvicorn.Config(
-            create_app(config, client),
+            app,
             log_level="warning",
             access_log=False,
             lifespan="off",
             timeout_graceful_shutdown=GRACE,
-        )
+        ),
+        app.state.stopping,
     )
     await server.serve(sockets=[sock])
 

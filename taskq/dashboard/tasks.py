@@ -75,7 +75,7 @@ async def requeue_task(request: Request) -> Response:
 
 async def task_stream(request: Request) -> Response:
     """GET /events/tasks/<id>: `state`, `progress`, then `final` events."""
-    return event_stream(task_events(client_of(request), param(request, "task_id")))
+    return event_stream(request, task_events(client_of(request), param(request, "task_id")))
 
 
 async def workflow_page(request: Request) -> Response:

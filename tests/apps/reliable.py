@@ -12,7 +12,8 @@ import time
 
 from taskq import App
 
-app = App()
+# the soak lets its result records expire soon after its drain (tests/reliability/test_soak.py)
+app = App(results_ttl=float(os.environ.get("TASKQ_TEST_RESULTS_TTL", "86400")))
 
 
 def record(tid: str) -> None:

@@ -48,6 +48,9 @@ async def test_overview_shows_the_waiting_count_change_live(
             await send.enqueue(n)
             await asyncio.sleep(0.1)
         await expect(cell).to_have_text("0", timeout=15_000)
+        # the worker's row follows its heartbeats (every 5 s) on the same page
+        done = page.locator('tr[data-worker] [data-field="succeeded"]')
+        await expect(done).not_to_have_text("0", timeout=15_000)
         spark = page.locator('svg[data-spark="mail"]')
         await wait_until(lambda: _points(spark), timeout=10)
         await shoot(page, "overview")

@@ -9,6 +9,7 @@ from playwright.async_api import Page, expect
 
 from taskq import App, chain, group
 from taskq.dlq.browse import list_dead
+from taskq.queue_stats import queue_stats
 from tests.conftest import running_worker, wait_until
 from tests.dashboard.conftest import Dashboard, shoot
 
@@ -102,3 +103,9 @@ async def test_dead_letters_filtered_and_purged_after_confirmation(
     await expect(page.locator(".notice")).to_have_text("Deleted 6 dead letter(s).")
     left = await list_dead(app)
     assert len(left) == 6 and {r.task for r in left} == {"ship"}
+    # and requeue all matching, as a script would (the page's form does the same POST)
+    ask = await dashboard.http.post("/api/dlq/requeue", {"task": "ship"})
+    assert ask.status == 409 and ask.json()["count"] == 6
+    done = await dashboard.http.post("/api/dlq/requeue", {"task": "ship", "confirm": "yes"})
+    assert done.json() == {"requeued": 6, "failed": []}
+    assert await list_dead(app) == [] and (await queue_stats(app, "default")).waiting == 6
