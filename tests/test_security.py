@@ -3,6 +3,7 @@ what it must not do, with a clear PermissionDenied (not a hang)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from collections.abc import Iterator
@@ -10,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from taskq import App, PermissionDenied
+from taskq.registry import list_workers
 from taskq.server import EmbeddedServer
 from tests.conftest import ROOT, running_worker, wait_until
 
@@ -59,6 +61,8 @@ async def test_each_role_does_its_job_and_no_more(secure_server: EmbeddedServer)
         for n in (1, 2):  # and on both partitions of a partitioned queue
             await producer.tasks["spread"].enqueue(n)
         await wait_until(lambda: worker.stats["succeeded"] == 3)
+        # the worker heartbeats into the registry (operators list it)
+        assert [w.pid for w in await list_workers(operator)] == [os.getpid()]
     assert sorted(seen) == [1, 2, 7]
 
     from taskq.dlq.purge import purge_all

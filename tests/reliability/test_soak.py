@@ -57,6 +57,7 @@ class Fleet:
 
     def __init__(self, url: str, prefix: str, ledger: Path, log: Path) -> None:
         self.argv = cli_argv(url, prefix, "worker", SPEC, "-c", "32")
+        self.ledger = ledger
         self.env = {
             **os.environ,
             "TASKQ_TEST_LEDGER": str(ledger),
@@ -177,6 +178,13 @@ async def _sample(fleet: Fleet) -> None:
         await asyncio.sleep(2.0)
 
 
+def _ran_by(ledger: Path, pid: int) -> int:
+    """Tasks the worker process `pid` ran (the ledger names the pid on each line)."""
+    mark = f" {pid}\n".encode()
+    with open(ledger, "rb") as f:
+        return sum(1 for line in f if line.endswith(mark))
+
+
 def _count(ledger: Path) -> int:
     """Lines in the ledger (runs so far, duplicates included), read cheaply."""
     try:
@@ -224,8 +232,11 @@ def _report(
     print(f"\n{line}; server restarts={SERVER_RESTARTS}")
     print(f"enqueued in {enqueued:.0f} s, all run by {drained:.0f} s ({TASKS / drained:.0f}/s)")
     if longest is not None:
+        ran = _ran_by(fleet.ledger, longest.proc.pid)
         print(
-            f"worker RSS over its life ({len(longest.rss)} samples): start "
-            f"{longest.rss[0]:.1f} MiB, end {longest.rss[-1]:.1f} MiB, max {max(longest.rss):.1f}"
+            f"worker RSS over its longest life ({len(longest.rss)} samples, {ran} tasks run): "
+            f"start {longest.rss[0]:.1f} MiB, end {longest.rss[-1]:.1f} MiB, "
+            f"max {max(longest.rss):.1f}; max over all lives "
+            f"{max(max(life.rss) for life in lives):.1f} MiB"
         )
     print(f"after the drain: {stored}; once results expired ({RESULTS_TTL:.0f} s): {emptied}")
