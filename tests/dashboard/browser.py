@@ -9,14 +9,17 @@ installed the browser tests FAIL with the reason: they are never skipped.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 CHROMIUM = Path(os.environ.get("TASKQ_TEST_CHROMIUM", "/usr/bin/chromium"))
 PACKAGES = ("chromium", "chromium-driver")
+LOCK = Path(tempfile.gettempdir()) / "taskq-tests-chromium.lock"
 # Every flag matters on a machine with a closed network: without the background-networking
 # ones Chromium keeps trying (and failing) to reach Google's hosts.
 FLAGS = (
@@ -37,9 +40,18 @@ class BrowserUnavailable(RuntimeError):
 
 
 def ensure_chromium() -> Path:
-    """The Chromium binary, installing Debian's packages first when it is missing."""
+    """The Chromium binary, installing Debian's packages first when it is missing (one
+    test process at a time: under pytest-xdist every worker process may ask at once)."""
     if CHROMIUM.exists():
         return CHROMIUM
+    with open(LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if CHROMIUM.exists():
+            return CHROMIUM  # another test process installed it meanwhile
+        return _install()
+
+
+def _install() -> Path:
     if shutil.which("apt-get") is None:
         raise BrowserUnavailable(f"{CHROMIUM} is missing and there is no apt-get to install it")
     sudo: list[str] = []

@@ -1,5 +1,5 @@
 """The memory of a dashboard process under live updates, measured (slow: run with
-`pytest -m slow tests/dashboard/test_soak.py -s`; TASKQ_SOAK_SECONDS sets the length).
+`pytest -m slow -n 0 -s tests/dashboard/test_soak.py`; TASKQ_SOAK_SECONDS sets the length).
 
 A browser keeps the overview and a running task's page open (their event streams: the
 queues every 2 s, the task every 0.5 s) while a worker runs a steady trickle of tasks and

@@ -2,7 +2,7 @@
 worker SIGKILLs and 2 server SIGKILL-and-restarts on the way; nothing lost.
 
 Marked slow and soak (the default run deselects it). Run it with
-`pytest -m soak tests/reliability/test_soak.py -s`; TASKQ_SOAK_TASKS sets the size.
+`pytest -m soak -n 0 -s tests/reliability/test_soak.py`; TASKQ_SOAK_TASKS sets the size.
 It prints the accounting (lost, duplicates), each worker process's resident memory at the
 start and end of its life, and the server's stored bytes after the drain.
 """
