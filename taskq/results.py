@@ -26,7 +26,7 @@ from pydantic_core import to_json
 from taskq.client import Client, ClientSource
 from taskq.envelope import now_iso
 from taskq.errors import ResultTimeout, StorageFull, TaskCancelled, TaskDropped, TaskFailed
-from taskq.retrying import retry_transient
+from taskq.retrying import patiently, retry_transient
 from taskq.topology.specs import results_bucket
 
 log = logging.getLogger("taskq")
@@ -164,7 +164,9 @@ async def _final(
 
 
 async def _read(client: Client, key: str) -> ResultRecord | None:
-    found = await client.connection.kv.get(client.names.results_bucket, key)
+    bucket = client.names.results_bucket
+    # an idempotent read: it rides out a leader election (a node lost in a cluster)
+    found = await patiently(lambda: client.connection.kv.get(bucket, key))
     return _parse(found[0]) if found else None
 
 
