@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
+import nats
 import pytest
 
 from taskq import App
-from taskq.errors import NotFound
+from taskq.errors import NotFound, TaskqError
 from taskq.server import EmbeddedServer, free_port
 from tests.cluster import ready
 from tests.conftest import running_worker, wait_until
@@ -195,9 +198,7 @@ async def test_a_cluster_node_cut_off_from_its_peers_keeps_the_cluster_serving(
     try:
         await ready(nodes.url("n1", "n2"), timeout=60)
         half = await step.enqueue_many(list(range(count // 2)))  # type: ignore[attr-defined]
-        leader = await (await app.client()).connection.streams.leader(
-            app.names.queue_stream("default")
-        )
+        await lead_from(app, nodes.url("n1"), app.names.queue_stream("default"), "n3")
         async with running_worker(app, concurrency=16) as worker:
             await wait_until(lambda: len(ran) >= 20, timeout=30)
             nodes.isolate("n3")
@@ -210,6 +211,23 @@ async def test_a_cluster_node_cut_off_from_its_peers_keeps_the_cluster_serving(
         await app.aclose()
         await nodes.close()
     assert set(ran) == set(range(count))
-    print(
-        f"isolated n3 (queue leader was {leader}); {count} tasks, runs {sum(ran.values())}, lost 0"
-    )
+    print(f"isolated n3, the queue's leader; {count} tasks, runs {sum(ran.values())}, lost 0")
+
+
+async def lead_from(app: App, url: str, stream: str, node: str) -> None:
+    """Move `stream`'s leadership to `node` (the worst node to lose: the one that leads)."""
+    streams = (await app.client()).connection.streams
+    broker = await nats.connect(url)
+    try:
+        while (leader := await streams.leader(stream)) != node:
+            body = json.dumps({"placement": {"preferred": node}}).encode()
+            await broker.request(f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}", body, timeout=5)
+            await wait_until(lambda: stepped(streams, stream, leader), timeout=15, every=0.1)
+    finally:
+        await broker.close()
+
+
+async def stepped(streams: Any, stream: str, before: str | None) -> bool:
+    with contextlib.suppress(TaskqError):
+        return await streams.leader(stream) not in (before, None)
+    return False
