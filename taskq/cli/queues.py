@@ -30,7 +30,7 @@ def table(stats: list[QueueStats]) -> str:
     lines = [
         f"{'QUEUE':14} {'PAUSED':15} {'PARTS':>5} {'WAITING':>8} {'IN FLIGHT':>9} "
         f"{'HELD':>6} {'REDELIV':>7} {'PULLS':>5} {'DEAD':>6} {'IN/s':>8} {'DONE/s':>8} "
-        f"{'STORED':>9}  TASKS (stored)"
+        f"{'STORED':>10}  TASKS (stored)"
     ]
     for s in stats:
         tasks = ", ".join(f"{t}={n}" for t, n in s.per_task.items()) or "-"
@@ -38,7 +38,7 @@ def table(stats: list[QueueStats]) -> str:
             f"{s.queue[:14]:14} {paused_cell(s.paused, s.paused_until):15} {s.partitions:>5} "
             f"{s.waiting:>8} {s.in_flight:>9} {s.held:>6} {s.redelivered:>7} "
             f"{s.pulls_waiting:>5} {s.dead:>6} {s.enqueued_per_s:>8.1f} "
-            f"{s.settled_per_s:>8.1f} {size(s.bytes):>9}  {tasks[:60]}"
+            f"{s.settled_per_s:>8.1f} {size(s.bytes):>10}  {tasks[:60]}"
         )
         # which limits hold tasks back (docs/flow-control.md)
         lines += [f"{'':14}   held by {limit}: {n}" for limit, n in sorted(s.held_by.items())]

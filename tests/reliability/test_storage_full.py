@@ -74,11 +74,16 @@ async def test_enqueue_into_a_full_store_fails_fast_and_the_drain_frees_it(
     assert took < BOUND
     assert "max_file_store" in str(error) and "\n" not in str(error)
     assert "max_file_store" in error.limit and error.status == 503
+    started = time.monotonic()
+    with pytest.raises(StorageFull):  # the bulk path too: refused, not re-sent until a deadline
+        await work.enqueue_many([BODY] * 5)
+    assert time.monotonic() - started < BOUND
 
     # `taskq queues` shows how full it is (account storage; the queue's own bytes)
     stats = await snapshot(small_app, ["default"], 0)
     assert stats[0].bytes > stored * 10_000 and stats[0].storage_used >= stats[0].bytes
-    assert "STORED" in table(stats) and "MiB" in table(stats)
+    assert "STORED" in table(stats) and "storage: 3.0 MiB used" in table(stats)
+    assert stats[0].public()["storage_limit"] is None  # the server's limit, not the account's
 
     async with running_worker(small_app, concurrency=8) as worker:
         started = time.monotonic()
@@ -125,5 +130,8 @@ async def test_an_account_storage_limit_is_named(tmp_path: Path) -> None:
             stored, error, took = await fill(work.enqueue, app)
             assert 50 < stored < 110 and took < BOUND
             assert "account" in error.limit and "max_file" in str(error)
+            stats = await snapshot(app, ["default"], 0)
+            assert stats[0].storage_limit == 1024 * 1024
+            assert "KiB used of 1.0 MiB (99%)" in table(stats)
         finally:
             await app.aclose()
