@@ -81,6 +81,8 @@ def check_client(client: Client) -> None:
         _changed("Client._err")
     if "_ackd" not in {f.name for f in dataclasses.fields(Msg)}:
         _changed("Msg._ackd")
+    if not hasattr(nats.js.JetStreamContext, "_handle_async_reply"):
+        _changed("JetStreamContext._handle_async_reply")
 
 
 def check_subscription(sub: Any) -> None:
