@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import signal
 import threading
+from collections.abc import Callable
+
+import pytest
 
 from taskq import App
 from taskq.errors import TaskFailed
-from tests.conftest import running_worker, wait_until
+from tests.apps import hang
+from tests.conftest import WorkerProcess, running_worker, wait_until
 
 RELEASE = threading.Event()  # lets the hung threads end when the test is over
 
@@ -47,3 +52,23 @@ async def test_a_hung_def_task_is_bounded_and_the_worker_keeps_its_concurrency(
     finally:
         RELEASE.set()
     assert sorted(started) == ["stuck0", "stuck1"]
+
+
+async def test_a_worker_process_with_a_hung_thread_still_exits_on_sigterm(
+    nats_url: str, prefix: str, worker_process: Callable[..., WorkerProcess]
+) -> None:
+    """The abandoned thread must not keep the stopped process alive (the interpreter joins a
+    ThreadPoolExecutor's threads at exit: it would wait for `time.sleep(10**6)`)."""
+    hang.app.configure(url=nats_url, prefix=prefix)
+    try:
+        proc = worker_process("tests.apps.hang:app", "-c", "1")
+        await proc.wait_ready()
+        handle = await hang.hang.enqueue()
+        with pytest.raises(TaskFailed) as failed:
+            await handle.result(timeout=15)
+        assert failed.value.type == "TaskTimeout"
+        await wait_until(lambda: "left running" in proc.output(), timeout=10)
+        proc.signal(signal.SIGTERM)
+        assert await proc.wait_exit(timeout=15) == 0, proc.output()
+    finally:
+        await hang.app.aclose()

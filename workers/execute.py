@@ -52,12 +52,13 @@ async def call_function(
     loop = asyncio.get_running_loop()
     call = functools.partial(contextvars.copy_context().run, task.fn, *args, **kwargs)
     # A thread cannot be killed: on timeout the attempt fails and the thread is left
-    # to finish on its own; the pool is renewed so it keeps its size (workers/threads.py)
+    # to finish on its own, no longer counted in the pool (workers/threads.py)
+    future = threads.submit(call)
     try:
-        return await _bounded(task, loop.run_in_executor(threads, call))
+        return await _bounded(task, asyncio.wrap_future(future, loop=loop))
     except TaskTimeout:
         if isinstance(threads, TaskThreads):
-            threads.abandon(task.name)
+            threads.abandon(future, task.name)
         raise
 
 
