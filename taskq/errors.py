@@ -282,3 +282,20 @@ class TaskDropped(TaskqError):
         self.reason = reason
         self.kept = kept
         super().__init__(f"task {task_id} was dropped: {reason}")
+
+
+class StorageFull(BrokerError):
+    """The server refused to store a message because a storage limit is used up: `limit`
+    names it (the server's `jetstream max_file_store` or the account's storage, or a
+    stream's own `max_bytes`). Not transient: nothing frees space but draining or a
+    higher limit, so waiting would only turn a clear error into a hang."""
+
+    def __init__(
+        self, limit: str, detail: str, code: int | None = None, status: int | None = None
+    ) -> None:
+        self.limit = limit
+        self.detail = detail
+        super().__init__(f"storage full: {limit} is used up ({detail})", code, status)
+
+
+QueueFull = StorageFull  # the name users look for around `enqueue`

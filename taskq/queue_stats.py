@@ -35,6 +35,9 @@ class QueueStats:
     paused_until: str | None = None  # when the pause ends by itself (None: until resumed)
     held: int = 0  # tasks held back by a flow-control limit (docs/flow-control.md)
     held_by: dict[str, int] = field(default_factory=dict)  # ...per limit: `rate_limit notify`
+    bytes: int = 0  # what the queue's streams store
+    storage_used: int = 0  # what the whole account stores (every queue, results, DLQ...)
+    storage_limit: int | None = None  # the account's storage limit (None: none of its own)
     _last_seq: int = 0
     _messages: int = 0
     _pause_end: datetime | None = None  # FOREVER for a pause until resumed
@@ -80,6 +83,7 @@ async def _stream_stats(client: Client, queue: str, part: Part) -> QueueStats:
     stats = QueueStats(queue, tasks, 0, 0, 0, state.consumers, 0, per_task=dict(per_task))
     await _consumers(client, stream, queue, stats)
     stats.held, stats.held_by = sum(held.values()), dict(held)
+    stats.bytes = state.bytes
     stats._last_seq, stats._messages = state.last_seq, state.messages
     return stats
 
@@ -116,6 +120,7 @@ def _add(total: QueueStats, part: QueueStats) -> None:
     total.redelivered += part.redelivered
     total.pulls_waiting += part.pulls_waiting
     total.held += part.held
+    total.bytes += part.bytes
     for limit, count in part.held_by.items():
         total.held_by[limit] = total.held_by.get(limit, 0) + count
     total.consumers = max(total.consumers, part.consumers)  # one shared durable per stream
@@ -148,6 +153,7 @@ async def snapshot(
     on_server = await queues_on_server(client.connection, client.names)
     names = queues or list(on_server)
     first = [await queue_stats(client, q, on_server.get(q, [])) for q in names]
+    await _storage(client, first)
     if interval <= 0:
         return first
     started = time.monotonic()
@@ -159,4 +165,18 @@ async def snapshot(
         after.enqueued_per_s = enqueued / elapsed
         # what left the stream: added minus the change in what is stored
         after.settled_per_s = max(0, enqueued - (after._messages - before._messages)) / elapsed
+    await _storage(client, second)
     return second
+
+
+async def _storage(client: Client, stats: list[QueueStats]) -> None:
+    """Note the account's storage use and limit on each queue's figures (a full store
+    refuses enqueues with StorageFull: this is how close it is)."""
+    if not stats:
+        return
+    try:
+        used, limit = await client.connection.streams.account_storage()
+    except PermissionDenied:  # a role without account info: the queues' own bytes still show
+        return
+    for one in stats:
+        one.storage_used, one.storage_limit = used, limit

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import logging
 import re
 import time
 from collections.abc import AsyncIterator
@@ -24,9 +25,11 @@ from pydantic_core import to_json
 
 from taskq.client import Client, ClientSource
 from taskq.envelope import now_iso
-from taskq.errors import ResultTimeout, TaskCancelled, TaskDropped, TaskFailed
-from taskq.retrying import retry_transient
+from taskq.errors import ResultTimeout, StorageFull, TaskCancelled, TaskDropped, TaskFailed
+from taskq.retrying import patiently, retry_transient
 from taskq.topology.specs import results_bucket
+
+log = logging.getLogger("taskq")
 
 FINAL = ("succeeded", "dead", "cancelled", "dropped")  # dropped: by a throttle window
 _KEY_OK = re.compile(r"^[-/_=.a-zA-Z0-9]+$")
@@ -93,7 +96,14 @@ async def store(client: Client, task_id: str, record: ResultRecord) -> None:
     fields["updated_at"] = now_iso()
     body = to_json(fields, fallback=repr)
     bucket, key = client.names.results_bucket, key_for(task_id)
-    await retry_transient(lambda: client.connection.kv.put(bucket, key, body), what="result write")
+    try:
+        await retry_transient(
+            lambda: client.connection.kv.put(bucket, key, body), what="result write"
+        )
+    except StorageFull as exc:
+        # A full store must not stop the drain: settling frees space, a record cannot.
+        # The record is lost, visibly; dead letters keep theirs (the DLQ write is separate).
+        log.warning("result of task %s not stored: %s", task_id, exc)
 
 
 async def fetch(source: ClientSource, task_id: str) -> ResultRecord | None:
@@ -154,7 +164,9 @@ async def _final(
 
 
 async def _read(client: Client, key: str) -> ResultRecord | None:
-    found = await client.connection.kv.get(client.names.results_bucket, key)
+    bucket = client.names.results_bucket
+    # an idempotent read: it rides out a leader election (a node lost in a cluster)
+    found = await patiently(lambda: client.connection.kv.get(bucket, key))
     return _parse(found[0]) if found else None
 
 

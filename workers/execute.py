@@ -17,6 +17,7 @@ from taskq.errors import TaskTimeout
 from taskq.middleware import Chain
 from taskq.policy import Failure, Outcome, Success
 from taskq.task import Task
+from taskq.workers.threads import TaskThreads
 
 # a traceback text travelling with an exception raised far away (a Spark executor), so the
 # record shows where it happened rather than where it was re-raised
@@ -51,8 +52,14 @@ async def call_function(
     loop = asyncio.get_running_loop()
     call = functools.partial(contextvars.copy_context().run, task.fn, *args, **kwargs)
     # A thread cannot be killed: on timeout the attempt fails and the thread is left
-    # to finish on its own (documented in docs/concepts.md).
-    return await _bounded(task, loop.run_in_executor(threads, call))
+    # to finish on its own, no longer counted in the pool (workers/threads.py)
+    future = threads.submit(call)
+    try:
+        return await _bounded(task, asyncio.wrap_future(future, loop=loop))
+    except TaskTimeout:
+        if isinstance(threads, TaskThreads):
+            threads.abandon(future, task.name)
+        raise
 
 
 def unwrap(outcome: Outcome) -> Any:

@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from taskq.app import App
@@ -34,6 +33,7 @@ from taskq.workers.setup import QueueSetup, described, prepare
 from taskq.workers.slots import Slots
 from taskq.workers.spark_jobs import SparkExecutor
 from taskq.workers.spark_session import SparkRuntime
+from taskq.workers.threads import TaskThreads
 
 log = logging.getLogger("taskq.worker")
 LEVEL_LINGER = 0.25  # a priority level's pull waits this long before its loop ends
@@ -68,7 +68,7 @@ class Worker:
         self._stopping = asyncio.Event()
         self._ready = asyncio.Event()
         self._running: set[asyncio.Task[None]] = set()
-        self._threads = ThreadPoolExecutor(concurrency, thread_name_prefix="taskq-task")
+        self._threads = TaskThreads(concurrency)  # renewed past hung `def` tasks
         self._setups: dict[str, QueueSetup] = {}
         self._leases = Leases()
         self._client: Client | None = None

@@ -29,8 +29,8 @@ def table(stats: list[QueueStats]) -> str:
         return "no queues"
     lines = [
         f"{'QUEUE':14} {'PAUSED':15} {'PARTS':>5} {'WAITING':>8} {'IN FLIGHT':>9} "
-        f"{'HELD':>6} {'REDELIV':>7} {'PULLS':>5} {'DEAD':>6} {'IN/s':>8} {'DONE/s':>8}  "
-        "TASKS (stored)"
+        f"{'HELD':>6} {'REDELIV':>7} {'PULLS':>5} {'DEAD':>6} {'IN/s':>8} {'DONE/s':>8} "
+        f"{'STORED':>10}  TASKS (stored)"
     ]
     for s in stats:
         tasks = ", ".join(f"{t}={n}" for t, n in s.per_task.items()) or "-"
@@ -38,11 +38,31 @@ def table(stats: list[QueueStats]) -> str:
             f"{s.queue[:14]:14} {paused_cell(s.paused, s.paused_until):15} {s.partitions:>5} "
             f"{s.waiting:>8} {s.in_flight:>9} {s.held:>6} {s.redelivered:>7} "
             f"{s.pulls_waiting:>5} {s.dead:>6} {s.enqueued_per_s:>8.1f} "
-            f"{s.settled_per_s:>8.1f}  {tasks[:60]}"
+            f"{s.settled_per_s:>8.1f} {size(s.bytes):>10}  {tasks[:60]}"
         )
         # which limits hold tasks back (docs/flow-control.md)
         lines += [f"{'':14}   held by {limit}: {n}" for limit, n in sorted(s.held_by.items())]
-    return "\n".join(lines)
+    return "\n".join([*lines, storage_line(stats[0])])
+
+
+def storage_line(stats: QueueStats) -> str:
+    """The account's storage against its limit: a full store refuses enqueues."""
+    limit = stats.storage_limit
+    if limit is None:
+        used = size(stats.storage_used)
+        return f"storage: {used} used (no account limit; the server's max_file_store applies)"
+    share = 100.0 * stats.storage_used / limit
+    return f"storage: {size(stats.storage_used)} used of {size(limit)} ({share:.0f}%)"
+
+
+def size(count: int) -> str:
+    """Bytes as people read them: 512 B, 9.8 KiB, 2.9 MiB, 1.2 GiB."""
+    amount, unit = float(count), "B"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if amount < 1024 or unit == "TiB":
+            break
+        amount /= 1024
+    return f"{count} B" if unit == "B" else f"{amount:.1f} {unit}"
 
 
 def paused_cell(paused: bool, until: str | None) -> str:

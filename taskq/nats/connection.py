@@ -18,6 +18,7 @@ from nats.js import api
 from taskq.errors import PayloadTooLarge, TaskqError, TransientError
 from taskq.nats.connect import Events, open_client
 from taskq.nats.errors import Guard
+from taskq.nats.internals import JetStream
 from taskq.nats.kv import KeyValue
 from taskq.nats.messages import Messages
 from taskq.nats.objects import Objects
@@ -38,7 +39,7 @@ class Connection:
         self._events = events
         self._guard = events.guard
         self.settings = settings
-        js = client.jetstream(timeout=5.0)
+        js = JetStream(client, timeout=5.0)  # pipelined refusals fail their publish
         self._js = js
         self.streams = Streams(client, js, self._guard)
         self.messages = Messages(client, js, self._guard)

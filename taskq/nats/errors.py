@@ -16,7 +16,14 @@ from collections.abc import Callable
 import nats.errors
 import nats.js.errors
 
-from taskq.errors import BrokerError, NotFound, PermissionDenied, TaskqError, TransientError
+from taskq.errors import (
+    BrokerError,
+    NotFound,
+    PermissionDenied,
+    StorageFull,
+    TaskqError,
+    TransientError,
+)
 
 # JetStream API error codes we react to (nats-server `server/errors.json`)
 STREAM_NOT_FOUND = 10059
@@ -27,6 +34,11 @@ CONSUMER_EXISTS = 10148
 WRONG_LAST_SEQUENCE = 10071  # a compare-and-set publish lost the race
 MSG_DELETE_FAILED = 10057  # with "no message found": it was deleted already
 SEQUENCE_NOT_FOUND = 10043  # a delete of a sequence deleted already
+INSUFFICIENT_RESOURCES = 10023  # 503: the server's or account's storage is used up
+STORAGE_EXCEEDED = 10047  # a reservation (max_bytes) larger than the storage left
+ACCOUNT_EXCEEDED = 10002  # 400 "resource limits exceeded for account": its max_file
+STORE_FAILED = 10077  # with "maximum bytes exceeded": a stream's max_bytes, discard new
+SERVER_STORAGE = "the server's JetStream storage (jetstream max_file_store, or the account's limit)"
 
 _TIMEOUTS = (nats.errors.TimeoutError, asyncio.TimeoutError, TimeoutError)
 _NOT_READY = (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError)
@@ -88,6 +100,9 @@ def _api_error(exc: nats.js.errors.APIError) -> TaskqError:
     # some subclasses (KV errors) skip APIError.__init__: read attributes defensively
     text = getattr(exc, "description", None) or str(exc)
     code, err_code = getattr(exc, "code", None), getattr(exc, "err_code", None)
+    full = storage_full(text, err_code, code)
+    if full is not None:
+        return full
     if isinstance(exc, nats.js.errors.NotFoundError):
         return NotFound(getattr(exc, "description", None) or "not found", err_code, code)
     if isinstance(exc, nats.js.errors.ServiceUnavailableError):
@@ -95,6 +110,24 @@ def _api_error(exc: nats.js.errors.APIError) -> TaskqError:
     if code == 403 or "permission" in text.lower():
         return PermissionDenied(text, err_code, code)
     return BrokerError(text, err_code, code)
+
+
+def storage_full(text: str, err_code: int | None, code: int | None) -> StorageFull | None:
+    """The StorageFull a server error stands for, or None when it is about something else.
+
+    The server answers a publish into a full store with 503, which nats-py raises as
+    "service unavailable" like an election; retried, it would hang the caller for the whole
+    retry deadline (issue 19), so it is told apart here by its code and text."""
+    lowered = text.lower()
+    if err_code in (INSUFFICIENT_RESOURCES, STORAGE_EXCEEDED) or "insufficient" in lowered:
+        return StorageFull(SERVER_STORAGE, text, err_code, code)
+    if err_code == ACCOUNT_EXCEEDED or "resource limits exceeded" in lowered:
+        return StorageFull(
+            "the account's JetStream storage (its jetstream max_file)", text, err_code, code
+        )
+    if "maximum bytes exceeded" in lowered:
+        return StorageFull("the stream's max_bytes", text, err_code, code)
+    return None
 
 
 def _client_error(exc: nats.errors.Error) -> TaskqError:

@@ -181,6 +181,18 @@ class Streams:
         cluster = getattr(info, "cluster", None)
         return getattr(cluster, "leader", None) if cluster is not None else None
 
+    async def account_storage(self) -> tuple[int, int | None]:
+        """(bytes the account stores in all its streams, its storage limit or None when it
+        has none of its own; a server's `max_file_store` is not visible to clients)."""
+
+        async def read() -> api.AccountInfo:
+            with self._guard:
+                return await self._js.account_info()
+
+        info = await patiently(read)
+        limit = info.limits.max_storage if info.limits else None
+        return int(info.storage or 0), (int(limit) if limit and limit > 0 else None)
+
     async def delete(self, stream: str) -> None:
         with self._guard:
             await self._js.delete_stream(stream)
