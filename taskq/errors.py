@@ -84,12 +84,14 @@ class NotFound(BrokerError):
 
 
 class PayloadTooLarge(TaskqError):
-    """An encoded task exceeds the server's `max_payload`; nothing was published."""
+    """A message is larger than taskq carries: over the `payload_limit` setting (bodies
+    over the server's `max_payload` go through the object store up to it), or over
+    `max_payload` where no claim check applies. Nothing was published."""
 
     def __init__(self, size: int, limit: int) -> None:
         self.size = size
         self.limit = limit
-        super().__init__(f"task message is {size} bytes, over the server's max_payload of {limit}")
+        super().__init__(f"message is {size} bytes, over the limit of {limit} bytes")
 
 
 class DecodeError(TaskqError):

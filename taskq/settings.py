@@ -6,6 +6,7 @@ Environment values are a trust boundary, so pydantic validates them.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from taskq.errors import ConfigError
+from taskq.sealing import Sealer, parse_key
 from taskq.topology.names import check_prefix
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
@@ -33,6 +35,8 @@ ENV_FIELDS: dict[str, str] = {
     "TASKQ_HEARTBEAT": "heartbeat",
     "TASKQ_SPARK_MASTER": "spark_master",
     "TASKQ_SPARK_CONF": "spark_conf",
+    "TASKQ_ENCRYPTION_KEY": "encryption_key",
+    "TASKQ_OLD_KEYS": "old_keys",
 }
 
 
@@ -65,6 +69,13 @@ class Settings(BaseModel):
     # an explicit backstop replaces the computed one (the sweeper dead-letters what hits it)
     max_deliver: int | None = Field(default=None, ge=1)
     max_ack_pending: int = Field(default=20_000, ge=1)
+    # encryption at rest (taskq.sealing): URL-safe base64 of 32 bytes (bytes accepted);
+    # old keys still open what they sealed; plaintext task messages are refused unless allowed
+    encryption_key: str | None = Field(default=None, repr=False)
+    old_keys: tuple[str, ...] = Field(default=(), repr=False)
+    allow_plaintext: bool = False
+    # bodies over the server's max_payload go through the object store up to this size
+    payload_limit: int = Field(default=64 * 2**20, ge=1)
     spark_master: str = "local[*]"
     spark_conf: dict[str, str] = Field(default_factory=dict)
 
@@ -78,6 +89,25 @@ class Settings(BaseModel):
             except ValueError:
                 raise ValueError("must be a JSON object of Spark conf keys and values") from None
         return value
+
+    @field_validator("encryption_key", mode="before")
+    @classmethod
+    def _encryption_key(cls, value: Any) -> Any:
+        return None if value is None else _key_text(value)
+
+    @field_validator("old_keys", mode="before")
+    @classmethod
+    def _old_keys(cls, value: Any) -> Any:
+        if isinstance(value, str):  # from the environment: TASKQ_OLD_KEYS=key1,key2
+            value = [part for part in value.split(",") if part.strip()]
+        if isinstance(value, bytes):
+            value = [value]
+        return tuple(_key_text(key) for key in value)
+
+    def sealer(self) -> Sealer:
+        """The sealer these settings describe (inactive without an encryption key)."""
+        key = parse_key(self.encryption_key) if self.encryption_key else None
+        return Sealer(key, tuple(parse_key(k) for k in self.old_keys))
 
     @field_validator("prefix")
     @classmethod
@@ -104,3 +134,10 @@ class Settings(BaseModel):
         merged = self.model_dump()
         merged.update({k: v for k, v in changes.items() if v is not None})
         return Settings.load(**merged)
+
+
+def _key_text(value: Any) -> str:
+    """A key as its URL-safe base64 text, checked (bytes or text in; never echoed back)."""
+    if not isinstance(value, bytes | str):
+        raise ValueError("an encryption key is 32 bytes or their URL-safe base64 text")
+    return base64.urlsafe_b64encode(parse_key(value)).decode()

@@ -66,6 +66,10 @@ async def story(source: ClientSource, task_id: str) -> TaskStory | None:
     records = await _records(client, task_id)
     final = records[-1] if records and records[-1].state in FINAL else None
     waiting = None if final is not None else await find_waiting(client, task_id)
+    if waiting is None and final is None:
+        # it may have settled between the two reads: its record is stored before its
+        # message leaves the queue, so a second read of the records finds it
+        records = await _records(client, task_id)
     if not records and waiting is None:
         return None
     told = TaskStory(

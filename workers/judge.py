@@ -22,6 +22,7 @@ from taskq.flowcontrol.held import spent
 from taskq.nats import Delivery
 from taskq.policy import Cancel, Dead, Decision, Failure, Outcome, decide
 from taskq.results import key_for
+from taskq.sealing import PLAINTEXT_REFUSED
 from taskq.task import Task
 from taskq.workers.admission import Admission
 from taskq.workers.cancel_watch import CancelWatch
@@ -54,6 +55,8 @@ class Judge:
         self.reporter: Reporter | None = None
         self.admission: Admission | None = None  # flow control (tasks with limits only)
         self.running: dict[str, Job] = {}
+        settings = app.settings
+        self._sealing_required = bool(settings.encryption_key) and not settings.allow_plaintext
 
     async def judge(self, job: Job) -> tuple[Decision, Outcome | None]:
         """Decode, look up, check, run: the verdict for this delivery."""
@@ -147,6 +150,10 @@ class Judge:
             job.running.cancel()
 
     def _decode(self, d: Delivery, queue: str) -> Envelope:
+        if d.unreadable is not None:  # sealed with a key this worker does not have
+            raise DecodeError(d.unreadable)
+        if not d.sealed and self._sealing_required:
+            raise DecodeError(PLAINTEXT_REFUSED)
         parsed = self.app.names.parse_queue_subject(d.subject)
         return decode(
             d.data,

@@ -18,6 +18,7 @@ from taskq.cli.demo import demo
 from taskq.cli.dlq import dlq
 from taskq.cli.enqueue import enqueue
 from taskq.cli.exporter import exporter
+from taskq.cli.keys import new_key_command
 from taskq.cli.limits import limits
 from taskq.cli.queues import queues
 from taskq.cli.results import result
@@ -70,6 +71,7 @@ cli.add_command(task)
 cli.add_command(limits)
 cli.add_command(dashboard)
 cli.add_command(exporter)
+cli.add_command(new_key_command)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -15,7 +15,8 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import api
 
-from taskq.errors import PayloadTooLarge, TaskqError, TransientError
+from taskq.errors import DecodeError, TaskqError, TransientError
+from taskq.nats.claims import HEADROOM, Claims, is_claim
 from taskq.nats.connect import Events, open_client
 from taskq.nats.errors import Guard
 from taskq.nats.internals import JetStream
@@ -26,6 +27,7 @@ from taskq.nats.pull import Puller
 from taskq.nats.records import Records
 from taskq.nats.streams import Streams
 from taskq.nats.types import PubAck
+from taskq.sealing import is_sealed, sealed_subjects
 from taskq.settings import Settings
 
 Handler = Callable[[str, bytes], Awaitable[None]]
@@ -39,12 +41,19 @@ class Connection:
         self._events = events
         self._guard = events.guard
         self.settings = settings
+        # encryption at rest (taskq.sealing): users' data is sealed on its way out and
+        # opened on its way in, here at the boundary; the rest of taskq sees plaintext
+        self.sealer = settings.sealer()
+        self._sealed = sealed_subjects(settings.prefix)
         js = JetStream(client, timeout=5.0)  # pipelined refusals fail their publish
         self._js = js
         self.streams = Streams(client, js, self._guard)
-        self.messages = Messages(client, js, self._guard)
-        self.kv = KeyValue(js, self._guard, self.publish_nowait, self.subscribe)
-        self.blobs = Objects(js, self._guard)
+        self.messages = Messages(client, js, self._guard, self.sealer)
+        self.kv = KeyValue(
+            js, self._guard, self.publish_nowait, self.subscribe, self.seal, self.opened
+        )
+        self.blobs = Objects(js, self._guard, self.sealer)
+        self.claims = Claims(self.blobs, settings)
         self.records = Records(js, self._guard)
 
     @classmethod
@@ -84,7 +93,7 @@ class Connection:
         timeout: float = 5.0,
     ) -> PubAck:
         """Publish and wait for the server to store it; raises PayloadTooLarge before sending."""
-        self._check_size(body, headers)
+        body = await self._fit(subject, self.seal(subject, body), headers)
         with self._guard:
             ack = await self._js.publish(subject, body, timeout=timeout, headers=headers)
         return PubAck(ack.stream, ack.seq, bool(ack.duplicate))
@@ -101,7 +110,7 @@ class Connection:
         The future holds a PubAck or a taskq error; it is chained with a callback rather than
         a wrapper task, which would cost a task per message.
         """
-        self._check_size(body, headers)
+        body = await self._fit(subject, self.seal(subject, body), headers)
         with self._guard:
             # no wait_stall: asyncio.wait_for with a timeout costs a task and a loop turn per call
             inner = await self._js.publish_async(subject, body, headers=headers)
@@ -115,22 +124,49 @@ class Connection:
 
     async def pull(self, stream: str, durable: str) -> Puller:
         """A puller for an existing durable consumer (NotFound is raised on first use)."""
-        return await Puller(self._nc, self._guard, stream, durable).open()
+        return await Puller(self._nc, self._guard, stream, durable, self.sealer, self.claims).open()
 
     async def subscribe(self, subject: str, handler: Handler) -> Callable[[], Awaitable[None]]:
         """Core NATS subscription; returns an async unsubscribe function."""
 
         async def on_msg(msg: Msg) -> None:
-            await handler(msg.subject, msg.data)
+            await handler(msg.subject, await self.opened(msg.data))
 
         with self._guard:
             sub = await self._nc.subscribe(subject, cb=on_msg)
         return sub.unsubscribe
 
-    def _check_size(self, body: bytes, headers: dict[str, str] | None) -> None:
+    def seal(self, subject: str, body: bytes) -> bytes:
+        """`body` sealed when it goes to a subject holding users' data and a key is set
+        (bytes sealed already, such as a requeued dead letter's original, go as they are)."""
+        if self.sealer.active and subject.startswith(self._sealed) and not is_sealed(body):
+            return self.sealer.seal(body)
+        return body
+
+    async def opened(self, data: bytes, *, strict: bool = False) -> bytes:
+        """A received body as the plaintext it stands for: a claim-checked body fetched, a
+        sealed one opened. Unless `strict`, a body this process cannot open (or whose
+        claim is gone) is returned as it came; strictly, that raises DecodeError."""
+        if data[:1] != b"\x00":
+            return data  # plain JSON: the common case costs one comparison
+        try:
+            if is_claim(data):
+                data = (await self.claims.check_out(data))[1]
+            return self.sealer.open(data)
+        except DecodeError:
+            if strict:
+                raise
+            return data
+
+    async def _fit(self, subject: str, body: bytes, headers: dict[str, str] | None) -> bytes:
+        """`body`, or a claim-check reference when it does not fit in one message."""
+        limit = self.max_payload
+        if len(body) + HEADROOM <= limit:
+            return body
         size = len(body) + sum(len(k) + len(v) + 4 for k, v in (headers or {}).items())
-        if size > self.max_payload:
-            raise PayloadTooLarge(size, self.max_payload)
+        if size + HEADROOM // 2 <= limit:
+            return body
+        return await self.claims.check_in(subject, body, size, limit)
 
     def _settle_ack(
         self,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from nats.js import JetStreamContext, api
 from nats.js.errors import (
@@ -30,16 +30,28 @@ Publish = Callable[[str, bytes], Awaitable[Awaitable[PubAck]]]
 Subscribe = Callable[[str, Callable[[str, bytes], Awaitable[None]]], Awaitable[Any]]
 
 
+class Opened(Protocol):
+    async def __call__(self, data: bytes, *, strict: bool = False) -> bytes: ...
+
+
 class KeyValue:
     """Key-value operations on one connection; a bucket is looked up once per connection."""
 
     def __init__(
-        self, js: JetStreamContext, guard: Guard, publish: Publish, subscribe: Subscribe
+        self,
+        js: JetStreamContext,
+        guard: Guard,
+        publish: Publish,
+        subscribe: Subscribe,
+        seal: Callable[[str, bytes], bytes],
+        opened: Opened,
     ) -> None:
         self._js = js
         self._guard = guard
-        self._publish = publish
-        self._subscribe = subscribe
+        self._publish = publish  # seals what it publishes to a sealed bucket
+        self._subscribe = subscribe  # opens what it receives
+        self._seal = seal
+        self._opened = opened  # a value as plaintext: claim fetched, seal opened
         self._buckets: dict[str, Any] = {}
 
     async def ensure(self, spec: BucketSpec) -> None:
@@ -81,14 +93,14 @@ class KeyValue:
             return None
         if entry.value is None or entry.operation in ("DEL", "PURGE"):
             return None
-        return bytes(entry.value), int(entry.revision or 0)
+        return await self._opened(bytes(entry.value), strict=True), int(entry.revision or 0)
 
     async def create(self, bucket: str, key: str, value: bytes) -> int | None:
         """Store `value` only if `key` does not exist; None when it already did."""
         store = await self._bucket(bucket)
         with self._guard:
             try:
-                return int(await store.create(key, value))
+                return int(await store.create(key, self._seal(subject(bucket, key), value)))
             except KeyWrongLastSequenceError:
                 return None
 
@@ -141,7 +153,7 @@ class KeyValue:
                 found = await store.history(key)
             except NoKeysError:
                 return []
-        return [_entry(e) for e in found]
+        return [await self._entry(e, strict=True) for e in found]
 
     async def entries(self, bucket: str) -> list[KVEntry]:
         """The current value of every key that has one."""
@@ -153,7 +165,7 @@ class KeyValue:
             async for entry in watcher:
                 if entry is None:  # the end of the current values
                     break
-                found.append(_entry(entry))
+                found.append(await self._entry(entry))
         finally:
             with contextlib.suppress(Exception):
                 await watcher.stop()
@@ -176,7 +188,7 @@ class KeyValue:
                 if entry is None:  # the current values are all in
                     loaded.set()
                 else:
-                    on_entry(_entry(entry))
+                    on_entry(await self._entry(entry))
 
         task = asyncio.create_task(pump())
         with contextlib.suppress(TimeoutError):
@@ -189,6 +201,17 @@ class KeyValue:
                 await task
 
         return stop
+
+    async def _entry(self, entry: Any, *, strict: bool = False) -> KVEntry:
+        deleted = entry.operation in ("DEL", "PURGE")
+        value = bytes(entry.value or b"")
+        return KVEntry(
+            key=entry.key,
+            value=value if deleted else await self._opened(value, strict=strict),
+            revision=int(entry.revision or 0),
+            created=getattr(entry, "created", None),
+            deleted=deleted,
+        )
 
     async def _bucket(self, bucket: str) -> Any:
         store = self._buckets.get(bucket)
@@ -207,14 +230,3 @@ def subject(bucket: str, key: str) -> str:
 def stream(bucket: str) -> str:
     """The stream that holds a bucket."""
     return f"KV_{bucket}"
-
-
-def _entry(entry: Any) -> KVEntry:
-    deleted = entry.operation in ("DEL", "PURGE")
-    return KVEntry(
-        key=entry.key,
-        value=bytes(entry.value or b""),
-        revision=int(entry.revision or 0),
-        created=getattr(entry, "created", None),
-        deleted=deleted,
-    )

@@ -17,29 +17,73 @@ from typing import Any
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from taskq.errors import BrokerError, NotFound, TransientError
+from taskq.errors import BrokerError, DecodeError, NotFound, TransientError
 from taskq.nats import internals
+from taskq.nats.claims import Claim, Claims, is_claim
 from taskq.nats.errors import Guard
 from taskq.nats.types import StoredMessage
+from taskq.sealing import Sealer, is_sealed
 
 
 class Delivery:
     """One delivery of a stream message to a consumer, with its settle operations."""
 
-    __slots__ = ("_client", "_guard", "_msg", "num_delivered", "seq", "stream")
+    __slots__ = (
+        "_claim",
+        "_claims",
+        "_client",
+        "_data",
+        "_guard",
+        "_msg",
+        "num_delivered",
+        "sealed",
+        "seq",
+        "stream",
+        "unreadable",
+    )
 
-    def __init__(self, msg: Msg, client: Client, guard: Guard) -> None:
+    def __init__(self, msg: Msg, client: Client, guard: Guard, sealer: Sealer) -> None:
         self._msg = msg
         self._client = client
         self._guard = guard
+        self._claim: Claim | None = None  # a claim-checked body: released once settled
+        self._claims: Claims | None = None
+        self.unreadable: str | None = None
+        self._take(msg.data, sealer)
         meta = msg.metadata
         self.seq: int = meta.sequence.stream
         self.num_delivered: int = meta.num_delivered
         self.stream: str = meta.stream
 
+    def _take(self, data: bytes, sealer: Sealer) -> None:
+        """Keep `data` as the body, opened once here when sealed; a body this process
+        cannot open keeps its bytes and says why (the worker dead-letters it)."""
+        self._data = data
+        self.sealed = is_sealed(data)
+        if self.sealed:
+            try:
+                self._data = sealer.open(data)
+            except DecodeError as exc:
+                self.unreadable = exc.reason
+
+    async def check_out(self, claims: Claims, sealer: Sealer) -> None:
+        """Fetch a claim-checked body (then opened like any other)."""
+        try:
+            claim, body = await claims.check_out(self._msg.data)
+        except DecodeError as exc:
+            self.sealed, self.unreadable = False, exc.reason
+            return
+        self._claim, self._claims = claim, claims
+        self._take(body, sealer)
+
+    async def _release(self) -> None:
+        if self._claim is not None and self._claims is not None:
+            await self._claims.release(self._claim)
+
     @property
     def data(self) -> bytes:
-        return self._msg.data
+        """The body, opened when it was sealed (unless `unreadable`)."""
+        return self._data
 
     @property
     def subject(self) -> str:
@@ -70,10 +114,14 @@ class Delivery:
     async def ack(self) -> None:
         with self._guard:
             await self._msg.ack()
+        if self._claim is not None:
+            await self._release()
 
     async def ack_sync(self, timeout: float = 5.0) -> None:
         with self._guard:
             await self._msg.ack_sync(timeout=timeout)
+        if self._claim is not None:
+            await self._release()
 
     async def nak(self, delay: float = 0.0) -> None:
         with self._guard:
@@ -89,14 +137,26 @@ class Delivery:
         with self._guard:
             await self._client.publish(self._msg.reply, payload)
         internals.mark_settled(self._msg)
+        if self._claim is not None:
+            await self._release()  # the dead letter keeps its own copy of the original
 
 
 class Puller:
     """Pull requests on one inbox for one durable consumer."""
 
-    def __init__(self, client: Client, guard: Guard, stream: str, durable: str) -> None:
+    def __init__(
+        self,
+        client: Client,
+        guard: Guard,
+        stream: str,
+        durable: str,
+        sealer: Sealer,
+        claims: Claims | None = None,
+    ) -> None:
         self._client = client
         self._guard = guard
+        self._sealer = sealer
+        self._claims = claims  # None: claim-check references are yielded as they are
         self._next = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}"
         self._inbox = client.new_inbox()
         self._sub: Any = None
@@ -124,7 +184,10 @@ class Puller:
             status = msg.headers.get("Status") if msg.headers else None
             if status is None:
                 remaining -= 1
-                yield Delivery(msg, self._client, self._guard)
+                delivery = Delivery(msg, self._client, self._guard, self._sealer)
+                if self._claims is not None and is_claim(msg.data):
+                    await delivery.check_out(self._claims, self._sealer)
+                yield delivery
             elif status != "100" and request_over(status, msg):  # 100: idle heartbeat
                 return
 

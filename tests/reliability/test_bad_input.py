@@ -86,13 +86,24 @@ async def test_payload_at_max_payload_is_handled(app: App, nats_url: str, prefix
     assert queue.messages == 0
 
 
-async def test_enqueue_over_max_payload_fails_before_publishing(app: App) -> None:
+async def test_enqueue_over_the_payload_limit_fails_before_publishing(
+    nats_url: str, prefix: str
+) -> None:
+    """Over the server's max_payload a body is claim-checked (tests/test_large_payloads.py);
+    over `payload_limit` it is refused before anything is stored."""
+    app = App(url=nats_url, prefix=prefix, payload_limit=3 * 2**20)
+
     @app.task
     async def store(blob: str) -> None: ...
 
     broker = (await app.client()).connection
-    with pytest.raises(PayloadTooLarge) as info:
-        await store.enqueue("y" * (broker.max_payload + 1))
-    assert info.value.limit == broker.max_payload and info.value.size > info.value.limit
-    state = await broker.streams.state(app.names.queue_stream("default"))
-    assert state.messages == 0
+    try:
+        with pytest.raises(PayloadTooLarge) as info:
+            await store.enqueue("y" * (3 * 2**20 + 1))
+        assert info.value.limit == 3 * 2**20 and info.value.size > info.value.limit
+        state = await broker.streams.state(app.names.queue_stream("default"))
+        assert state.messages == 0
+        blobs = await broker.streams.listing()
+        assert not [name for name in blobs if name.startswith("OBJ_") and prefix.upper() in name]
+    finally:
+        await app.aclose()
