@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from taskq.client import Client, ClientSource
-from taskq.envelope import format_time, now_iso, parse_time
+from taskq.envelope import format_epoch, now_iso, parse_time
 from taskq.retrying import retry_transient
 from taskq.topology.specs import workers_bucket
 
@@ -126,4 +126,4 @@ def _age(text: str, now: datetime | None) -> float:
 
 def stamp(seconds: float) -> str:
     """A wall-clock time (`time.time()`) as written in records."""
-    return format_time(datetime.fromtimestamp(seconds, UTC))
+    return format_epoch(seconds)

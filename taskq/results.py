@@ -89,12 +89,26 @@ async def ensure_results(client: Client) -> None:
     await retry_transient(lambda: client.connection.kv.ensure(spec), what="results bucket set-up")
 
 
+_DEFAULTS = {name: info.default for name, info in ResultRecord.model_fields.items()}
+
+
+def encoded(fields: dict[str, Any]) -> bytes:
+    """A record's stored bytes from (some of) its fields, the rest at their defaults, in the
+    model's order, stamped `updated_at` now."""
+    full = {name: fields.get(name, default) for name, default in _DEFAULTS.items()}
+    full["updated_at"] = now_iso()
+    return to_json(full, fallback=repr)
+
+
 async def store(client: Client, task_id: str, record: ResultRecord) -> None:
     """Write a task's record (acknowledged by the server)."""
     # the fields as a dict directly: model_copy + model_dump cost more than the write itself
-    fields = {name: getattr(record, name) for name in _FIELDS}
-    fields["updated_at"] = now_iso()
-    body = to_json(fields, fallback=repr)
+    await store_encoded(client, task_id, encoded({name: getattr(record, name) for name in _FIELDS}))
+
+
+async def store_encoded(client: Client, task_id: str, body: bytes) -> None:
+    """Write a record already `encoded` (acknowledged by the server, retried while transient);
+    a record refused by a full store is skipped with a warning."""
     bucket, key = client.names.results_bucket, key_for(task_id)
     try:
         await retry_transient(

@@ -11,11 +11,13 @@ failed, retried, dead-lettered, lease extensions, run time and queue wait (`task
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterable
 from typing import Any
 
 from opentelemetry import metrics, propagate, trace
+from opentelemetry.environment_variables import OTEL_PYTHON_TRACER_PROVIDER
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
@@ -95,7 +97,16 @@ QUEUE_WAIT = _meter.create_histogram(
 def tracing() -> bool:
     """True once a real tracer provider is installed. Until then the API's spans do nothing
     but still cost a context attach/detach per message, which the hot path skips."""
+    # The API's lookup reads the environment on every call while no provider is set (about
+    # 3 µs, per message); its global says the same at the cost of one attribute read. The
+    # environment is consulted the API's way only while that global is unset.
+    if getattr(trace, "_TRACER_PROVIDER", None) is None and not _ENV_PROVIDER:
+        return False
     return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
+# set once at start-up by deployments (opentelemetry-instrument); read once, not per message
+_ENV_PROVIDER = bool(os.environ.get(OTEL_PYTHON_TRACER_PROVIDER))
 
 
 def _attributes(envelope: Envelope) -> dict[str, Any]:

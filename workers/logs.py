@@ -14,6 +14,7 @@ import contextlib
 import io
 import json
 import logging
+import os
 import socket
 import sys
 import time
@@ -49,6 +50,22 @@ class CachedTimeFormatter(logging.Formatter):
             self._second = second
             self._text = time.strftime("%Y-%m-%d %H:%M:%S", self.converter(record.created))
         return f"{self._text},{int(record.msecs):03d}"
+
+    def direct(self, created: float, name: str, message: str) -> str | None:
+        """The INFO line `format` would make of `message` from logger `name` at `created`,
+        made without a LogRecord; None when this formatter's format is not one of ours."""
+        if self._fmt == FORMAT:
+            where = name
+        elif self._fmt == FORMAT_IN_PROCESS:
+            where = f"{name}[{os.getpid()}]"
+        else:
+            return None
+        second = int(created)
+        if second != self._second:
+            self._second = second
+            self._text = time.strftime("%Y-%m-%d %H:%M:%S", self.converter(created))
+        msecs = int((created - second) * 1000)
+        return f"{self._text},{msecs:03d} INFO {where}: {message}\n"
 
 
 class JsonFormatter(logging.Formatter):
@@ -123,6 +140,11 @@ class BufferedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
         self._urgent = not getattr(record, BUFFERED, False)
         super().emit(record)
 
+    def buffered(self) -> None:
+        """A line that may wait was written (by `write_direct`): flush on the time budget."""
+        self._urgent = False
+        self.flush()
+
     def flush(self) -> None:
         now = time.monotonic()
         if getattr(self, "_urgent", True) or now - self._flushed >= self.interval:
@@ -136,6 +158,34 @@ class BufferedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
                 self.stream.flush()
         finally:
             self.release()
+
+
+def write_direct(logger: logging.Logger, message: str) -> bool:
+    """Write `message` as an INFO line of `logger` straight into taskq's buffered handler,
+    when that handler alone would print it, unchanged (set up by `install`, text format, no
+    filter or other handler on the way): a settled task's line costs about a fifth of a
+    LogRecord's way through `logging`. False: nothing written, log it the usual way."""
+    parent = logger.parent
+    if logger.handlers or logger.filters or parent is None or parent.name != "taskq":
+        return False
+    if parent.propagate or parent.filters or len(parent.handlers) != 1:
+        return False
+    handler = parent.handlers[0]
+    formatter = handler.formatter
+    if type(handler) is not BufferedStreamHandler or handler.filters or handler.level > 20:
+        return False
+    if type(formatter) is not CachedTimeFormatter:
+        return False
+    line = formatter.direct(time.time(), logger.name, message)
+    if line is None:
+        return False
+    handler.acquire()
+    try:
+        handler.stream.write(line)
+        handler.buffered()
+    finally:
+        handler.release()
+    return True
 
 
 def buffered_stderr() -> TextIO:

@@ -25,11 +25,17 @@ def result_record(job: Job, decision: Decision, outcome: Outcome | None) -> Resu
     Each record also says which attempt on which worker wrote it, and the call itself:
     the task's story outlives its message.
     """
+    fields = record_fields(job, decision, outcome)
+    # built by us from trusted values: no validation on the hot path
+    return None if fields is None else ResultRecord.model_construct(**fields)
+
+
+def record_fields(job: Job, decision: Decision, outcome: Outcome | None) -> dict[str, Any] | None:
+    """`result_record`'s fields as a plain dict, ready to encode (the settle path's form)."""
     task = job.task
     if isinstance(decision, Ack) and task is not None and not task.store_result:
         return None
-    # built by us from trusted values: no validation on the hot path
-    return ResultRecord.model_construct(**_call(job), **_verdict(decision, outcome))
+    return _call(job) | _verdict(decision, outcome)
 
 
 def _verdict(decision: Decision, outcome: Outcome | None) -> dict[str, Any]:

@@ -14,12 +14,14 @@ from taskq.dlq.record import ErrorInfo, make_record
 from taskq.dlq.write import publish_record
 from taskq.flow import final_id
 from taskq.policy import Ack, Cancel, Dead, Decision, Failure, Hold, Nak, Outcome, Success
+from taskq.results import encoded
 from taskq.results import store as store_result
 from taskq.retrying import retry_transient
 from taskq.workers.admission import Admission
 from taskq.workers.job import Job
-from taskq.workers.logs import BUFFERED, SETTLED
-from taskq.workers.outcomes import result_record
+from taskq.workers.logs import BUFFERED, SETTLED, write_direct
+from taskq.workers.outcomes import record_fields, result_record
+from taskq.workers.settle_group import Handed, SettleGroup
 from taskq.workflows import advance
 
 log = logging.getLogger("taskq.worker")
@@ -29,18 +31,43 @@ class Settler:
     """Writes records and settles messages for one worker; counts what it did in `stats`."""
 
     def __init__(
-        self, client: Client, stats: Counter[str], admission: Admission | None = None
+        self,
+        client: Client,
+        stats: Counter[str],
+        admission: Admission | None = None,
+        *,
+        grouped: bool = True,
     ) -> None:
         self.client = client
         self.stats = stats
         self.admission = admission
+        self.group: SettleGroup | None = None
+        if grouped:
+            self.group = SettleGroup(client, self._finish, self.settle_alone)
 
     async def settle(self, job: Job, decision: Decision, outcome: Outcome | None) -> None:
-        d = job.delivery
+        """Settle one verdict: alone when it needs more than a record and a settle (holds,
+        dead letters, workflow steps, `ack_sync`), else handed to the group (returns at once)."""
         if isinstance(decision, Hold):
             await self._hold(job, decision)
-            return
+        elif self.group is not None and _groupable(job, decision):
+            self.group.add(Handed(job, decision, outcome, self._encoded(job, decision, outcome)))
+        else:
+            await self.settle_alone(job, decision, outcome)
+
+    async def settle_alone(self, job: Job, decision: Decision, outcome: Outcome | None) -> None:
+        """Write the verdict's records (acknowledged), then settle its message."""
         await self._record(job, decision, outcome)
+        await self._finish(job, decision, outcome)
+
+    async def drain(self) -> None:
+        """Settle every verdict handed to the group so far (before the worker closes)."""
+        if self.group is not None:
+            await self.group.drain()
+
+    async def _finish(self, job: Job, decision: Decision, outcome: Outcome | None) -> None:
+        """Settle the message of a verdict whose records are stored; count it; log it."""
+        d = job.delivery
         if isinstance(decision, Ack):
             if job.task is not None and job.task.ack_sync:
                 await retry_transient(lambda: d.ack_sync(), deadline=10.0, what="ack")
@@ -54,10 +81,15 @@ class Settler:
             await d.ack()  # recorded as cancelled: nothing left to run
             self.stats["cancelled"] += 1
         else:
+            assert isinstance(decision, Dead)
             await self._dead_letter(job, decision, outcome)
             self.stats["dead"] += 1
             self.stats[f"dead:{decision.reason}"] += 1
         _log(job, decision, outcome)
+
+    def _encoded(self, job: Job, decision: Decision, outcome: Outcome | None) -> bytes | None:
+        fields = record_fields(job, decision, outcome)
+        return None if fields is None else encoded(fields)
 
     async def _hold(self, job: Job, hold: Hold) -> None:
         """Held by a limit: store the held copy (unless an earlier delivery did), then ack;
@@ -116,6 +148,17 @@ class Settler:
         return parsed[1] if parsed else "_unknown"
 
 
+def _groupable(job: Job, decision: Decision) -> bool:
+    """A verdict settled by a record and an ack or NAK alone (no dead letter, no workflow
+    step, not `ack_sync`, decoded): the batching path may settle it."""
+    envelope, task = job.envelope, job.task
+    if envelope is None or envelope.flow is not None or task is None or task.ack_sync:
+        return False
+    if task.flow is not None:  # limits: a per-key slot is released only once it settled
+        return False
+    return isinstance(decision, Ack | Nak | Cancel)
+
+
 def _log(job: Job, decision: Decision, outcome: Outcome | None) -> None:
     """One line per settled task (successes at INFO, buffered; the rest at once)."""
     if not log.isEnabledFor(logging.INFO if isinstance(decision, Ack) else logging.WARNING):
@@ -128,8 +171,9 @@ def _log(job: Job, decision: Decision, outcome: Outcome | None) -> None:
     # the line's fields for `--log-format json` (workers/logs.py SETTLED_KEYS order)
     task = (name, tid, job.attempt, job.queue, took)
     if isinstance(decision, Ack):
-        done = {BUFFERED: True, SETTLED: (*task, "succeeded", "")}
-        log.info("succeeded %s in %.3fs", head, took, extra=done)
+        if not write_direct(log, f"succeeded {head} in {took:.3f}s"):
+            done = {BUFFERED: True, SETTLED: (*task, "succeeded", "")}
+            log.info("succeeded %s in %.3fs", head, took, extra=done)
     elif isinstance(decision, Cancel):
         ran = f" after {took:.3f}s" if took else " before it ran"
         log.warning("cancelled %s%s", head, ran, extra={SETTLED: (*task, "cancelled", "")})

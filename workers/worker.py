@@ -153,6 +153,8 @@ class Worker:
         self._slots.wake()
         await asyncio.gather(*loops, return_exceptions=True)
         await self._finish_running()
+        if self._settler is not None:  # verdicts handed to the settle group, settled now
+            await self._settler.drain()
         if self._control is not None:
             await self._control.close()
         if self._pool is not None:

@@ -13,9 +13,8 @@ from collections.abc import Awaitable, Callable
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.js import api
 
-from taskq.errors import DecodeError, TaskqError, TransientError
+from taskq.errors import DecodeError
 from taskq.nats.claims import HEADROOM, Claims, is_claim
 from taskq.nats.connect import Events, open_client
 from taskq.nats.errors import Guard
@@ -23,6 +22,7 @@ from taskq.nats.internals import JetStream
 from taskq.nats.kv import KeyValue
 from taskq.nats.messages import Messages
 from taskq.nats.objects import Objects
+from taskq.nats.pipeline import Pipeline
 from taskq.nats.pull import Puller
 from taskq.nats.records import Records
 from taskq.nats.streams import Streams
@@ -54,6 +54,7 @@ class Connection:
         )
         self.blobs = Objects(js, self._guard, self.sealer)
         self.claims = Claims(self.blobs, settings)
+        self._pipeline = Pipeline(client, self._guard)
         self.records = Records(js, self._guard)
 
     @classmethod
@@ -105,22 +106,12 @@ class Connection:
         headers: dict[str, str] | None = None,
         ack_timeout: float = 5.0,
     ) -> asyncio.Future[PubAck]:
-        """Send now; returns a future of the server's ack (pipelined publishing).
-
-        The future holds a PubAck or a taskq error; it is chained with a callback rather than
-        a wrapper task, which would cost a task per message.
-        """
-        body = await self._fit(subject, self.seal(subject, body), headers)
-        with self._guard:
-            # no wait_stall: asyncio.wait_for with a timeout costs a task and a loop turn per call
-            inner = await self._js.publish_async(subject, body, headers=headers)
-        loop = asyncio.get_running_loop()
-        outer: asyncio.Future[PubAck] = loop.create_future()
-        # An ack can be lost for good (a stream leader killed between storing and answering):
-        # without a deadline the waiter would hang forever. One timer handle, not a task.
-        timer = loop.call_later(ack_timeout, _ack_overdue, inner, outer, ack_timeout)
-        inner.add_done_callback(lambda done: self._settle_ack(done, outer, timer))
-        return outer
+        """Send now; returns a future of the server's ack (pipelined publishing): a PubAck,
+        or a taskq error (the server's refusal; TransientError when no ack came in time)."""
+        body = self.seal(subject, body)
+        if len(body) + HEADROOM > self.max_payload:
+            body = await self._fit(subject, body, headers)
+        return await self._pipeline.send(subject, body, headers, ack_timeout)
 
     async def pull(self, stream: str, durable: str) -> Puller:
         """A puller for an existing durable consumer (NotFound is raised on first use)."""
@@ -167,31 +158,3 @@ class Connection:
         if size + HEADROOM // 2 <= limit:
             return body
         return await self.claims.check_in(subject, body, size, limit)
-
-    def _settle_ack(
-        self,
-        done: asyncio.Future[api.PubAck],
-        outer: asyncio.Future[PubAck],
-        timer: asyncio.TimerHandle,
-    ) -> None:
-        timer.cancel()
-        if outer.done():
-            return
-        if done.cancelled():
-            outer.set_exception(TransientError("publish cancelled before the server acknowledged"))
-            return
-        try:
-            with self._guard:
-                ack = done.result()
-        except TaskqError as exc:
-            outer.set_exception(exc)
-            return
-        outer.set_result(PubAck(ack.stream, ack.seq, bool(ack.duplicate)))
-
-
-def _ack_overdue(
-    inner: asyncio.Future[api.PubAck], outer: asyncio.Future[PubAck], after: float
-) -> None:
-    if not outer.done():
-        outer.set_exception(TransientError(f"no acknowledgement from the server in {after:g}s"))
-    inner.cancel()  # nats-py forgets the pending publish (and frees its slot)

@@ -83,6 +83,11 @@ class KeyValue:
         ack = await (await self._publish(subject(bucket, key), value))
         return ack.seq
 
+    async def put_nowait(self, bucket: str, key: str, value: bytes) -> Awaitable[PubAck]:
+        """Send a put now; the future holds the server's ack (writes of many keys pipelined,
+        awaited together)."""
+        return await self._publish(subject(bucket, key), value)
+
     async def get(self, bucket: str, key: str) -> tuple[bytes, int] | None:
         """The current value and revision of `key`, or None if absent (or deleted)."""
         store = await self._bucket(bucket)
