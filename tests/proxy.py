@@ -2,7 +2,10 @@
 NATS client (or a cluster route) and a server, without touching either process.
 
 `cut()` drops every connection through it (reset, as a failed link looks to both ends) and
-refuses new ones until `restore()`; bytes are forwarded as they come otherwise.
+refuses new ones until `restore()`; bytes are forwarded as they come otherwise. `freeze_after`
+sets a tripwire: once a client sends bytes holding one of the given patterns (a NATS
+publish's subject, say), those bytes still go through and nothing more does, either way, on
+any open connection, until `restore()`: the moment right after one protocol step, held.
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ class Proxy:
         self.target = target
         self.port = port or free_port()
         self.cut_off = False
+        self.frozen = False
+        self.tripped: bytes | None = None  # the pattern that froze the proxy
+        self._tripwires: tuple[bytes, ...] = ()
         self.accepted = 0  # connections forwarded, over the proxy's life
         self._server: asyncio.Server | None = None
         self._links: set[asyncio.StreamWriter] = set()
@@ -42,6 +48,13 @@ class Proxy:
 
     def restore(self) -> None:
         self.cut_off = False
+        self.frozen = False
+        self._tripwires = ()
+
+    def freeze_after(self, *patterns: bytes) -> None:
+        """Freeze every link right after a client sends any of `patterns`."""
+        self.tripped = None
+        self._tripwires = patterns
 
     async def close(self) -> None:
         self.cut()
@@ -63,8 +76,8 @@ class Proxy:
             return
         self.accepted += 1
         self._links.update((writer, up_writer))
-        for source, sink in ((reader, up_writer), (up_reader, writer)):
-            pump = asyncio.create_task(self._pump(source, sink, writer, up_writer))
+        for source, sink, up in ((reader, up_writer, True), (up_reader, writer, False)):
+            pump = asyncio.create_task(self._pump(source, sink, up, writer, up_writer))
             self._pumps.add(pump)
             pump.add_done_callback(self._pumps.discard)
 
@@ -72,12 +85,23 @@ class Proxy:
         self,
         source: asyncio.StreamReader,
         sink: asyncio.StreamWriter,
+        upstream: bool,
         *ends: asyncio.StreamWriter,
     ) -> None:
         with contextlib.suppress(OSError, asyncio.IncompleteReadError, RuntimeError):
             while chunk := await source.read(65536):
+                if self.frozen:
+                    continue  # held: the bytes are lost, as on a link that went dark
                 sink.write(chunk)
                 await sink.drain()
+                if upstream and self._tripwires:
+                    self._trip(chunk)
         for end in ends:  # one side ended: so does the link, as with a real connection
             end.transport.abort()
             self._links.discard(end)
+
+    def _trip(self, chunk: bytes) -> None:
+        for pattern in self._tripwires:
+            if pattern in chunk:
+                self.frozen, self.tripped, self._tripwires = True, pattern, ()
+                return

@@ -46,7 +46,6 @@ class Connection:
         self.sealer = settings.sealer()
         self._sealed = sealed_subjects(settings.prefix)
         js = JetStream(client, timeout=5.0)  # pipelined refusals fail their publish
-        self._js = js
         self.streams = Streams(client, js, self._guard)
         self.messages = Messages(client, js, self._guard, self.sealer)
         self.kv = KeyValue(
@@ -93,11 +92,9 @@ class Connection:
         *,
         timeout: float = 5.0,
     ) -> PubAck:
-        """Publish and wait for the server to store it; raises PayloadTooLarge before sending."""
-        body = await self._fit(subject, self.seal(subject, body), headers)
-        with self._guard:
-            ack = await self._js.publish(subject, body, timeout=timeout, headers=headers)
-        return PubAck(ack.stream, ack.seq, bool(ack.duplicate))
+        """Publish and wait for the server to store it (through the pipeline: no task per
+        request, unlike nats-py's request path)."""
+        return await (await self.publish_nowait(subject, body, headers, timeout))
 
     async def publish_nowait(
         self,

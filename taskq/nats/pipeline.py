@@ -18,7 +18,7 @@ import nats.js.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from taskq.errors import BrokerError, TaskqError, TransientError
+from taskq.errors import BrokerError, PermissionDenied, TaskqError, TransientError
 from taskq.nats.errors import Guard
 from taskq.nats.types import PubAck
 
@@ -108,7 +108,12 @@ class Pipeline:
 
     def _overdue(self, token: str, after: float) -> None:
         waiting = self._waiting.pop(token, None)
-        if waiting is not None and not waiting[0].done():
-            waiting[0].set_exception(
-                TransientError(f"no acknowledgement from the server in {after:g}s")
-            )
+        if waiting is None or waiting[0].done():
+            return
+        # a publish the server refused for permissions is never answered: say so
+        refused = self._guard.recent_violation()
+        waiting[0].set_exception(
+            PermissionDenied(f"NATS refused it: {refused}", None, 403)
+            if refused
+            else TransientError(f"no acknowledgement from the server in {after:g}s")
+        )

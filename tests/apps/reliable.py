@@ -35,3 +35,10 @@ async def awork(tid: str, seconds: float = 0.0) -> None:
     if seconds:
         await asyncio.sleep(seconds)
     record(tid)
+
+
+@app.task(ack_wait=1.0, max_retries=20, backoff=0.1, backoff_max=0.5, jitter=0.1)
+async def echo(tid: str) -> str:
+    """Records its run and returns a value (whose record the settle-kill test checks)."""
+    record(tid)
+    return tid.upper()
