@@ -36,3 +36,9 @@ def in_thread(rounds: int) -> None:
 @app.task(queue="procs", executor="process")
 def in_process(rounds: int) -> None:
     crunch(rounds)
+
+
+@app.batch_task(queue="spark", batch_size=500, max_wait=0.2)
+def in_spark(rounds: int) -> None:
+    """The same work as a Spark batch task: one item per message, a Spark job per batch."""
+    crunch(rounds)

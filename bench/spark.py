@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import tempfile
 import time
 import uuid
 from typing import Any
 
+from bench.run import RESULTS, ROOT
 from taskq import App
 from taskq.cli.main import run_async
 from taskq.server import EmbeddedServer
@@ -60,12 +62,65 @@ async def measure(url: str, args: argparse.Namespace, runtime: SparkRuntime) -> 
     return results
 
 
+CPU_MODES = {
+    "threads, 1 worker process": ("in_thread", ["-q", "threads"]),
+    'executor="process", 1 worker': ("in_process", ["-q", "procs", "--pool-size", "2"]),
+    "Spark batch task, local[2]": ("in_spark", ["-q", "spark"]),
+}
+
+
+async def cpu_bound(items: int, seconds: float) -> dict[str, float]:
+    """Items/s of `items` pure-Python items of `seconds` each, per CPU_MODES entry, each in
+    a `taskq worker` subprocess (the Spark one warmed up first: its session's start-up is
+    paid once per worker, not per backlog)."""
+    from bench.cpu import rounds_for
+    from bench.processes import measure
+
+    rounds = rounds_for(seconds)
+    # Spark's Python workers import the item's module (bench.cpu) from the repository
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])
+    )
+    os.environ["TASKQ_SPARK_MASTER"] = "local[2]"
+    with tempfile.TemporaryDirectory() as store, EmbeddedServer(store_dir=store) as server:
+        return {
+            mode: await measure(server.url, task, args, items, rounds, warm=task == "in_spark")
+            for mode, (task, args) in CPU_MODES.items()
+        }
+
+
+def cpu_table(rates: dict[str, float], items: int, seconds: float) -> str:
+    base = rates["threads, 1 worker process"]
+    lines = [
+        f"{items} items of {seconds * 1000:.0f} ms pure Python · {os.cpu_count()} cores · "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+        "",
+        "| mode | items/s | ratio to threads | target |",
+        "|---|---|---|---|",
+    ]
+    for mode, rate in rates.items():
+        target = ">= 1.7" if mode.startswith("Spark") else ""
+        lines.append(f"| {mode} | {rate:,.1f} | {rate / base:.2f} | {target} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="Spark batch tasks vs plain tasks")
     parser.add_argument("--items", type=int, default=100_000)
     parser.add_argument("--batch-size", type=int, default=1000)
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument(
+        "--cpu", action="store_true", help="items burning ~5 ms of CPU each (default 2,000)"
+    )
+    parser.add_argument("--seconds", type=float, default=0.005, help="CPU per item (--cpu)")
     args = parser.parse_args()
+    if args.cpu:
+        items = args.items if args.items != 100_000 else 2000
+        text = cpu_table(asyncio.run(cpu_bound(items, args.seconds)), items, args.seconds)
+        print(text)
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / "spark-cpu.md").write_text(text)
+        return
     runtime = SparkRuntime(App(spark_master=args.master).settings)
     began = time.monotonic()
     runtime.start()
