@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
-from pydantic_core import to_json
+from pydantic_core import from_json, to_json
 
 from taskq.errors import DecodeError
 from taskq.flow import FLOW, Flow, flow_to_wire
@@ -121,6 +121,17 @@ def decode(
 
 def _json_object(data: bytes) -> dict[str, Any]:
     try:
+        raw = from_json(data)  # a third of json.loads's time; its errors said below
+    except ValueError:
+        raw = _slow_json(data)
+    if not isinstance(raw, dict):
+        raise DecodeError(f"body is JSON {type(raw).__name__}, not an object")
+    return raw
+
+
+def _slow_json(data: bytes) -> Any:
+    """The body parsed by the json module, or the DecodeError saying what is wrong with it."""
+    try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise DecodeError(f"body is not UTF-8: {exc.reason} at byte {exc.start}") from None
@@ -128,8 +139,6 @@ def _json_object(data: bytes) -> dict[str, Any]:
         raw = json.loads(text)
     except (ValueError, RecursionError) as exc:
         raise DecodeError(f"body is not JSON: {str(exc)[:200]}") from None
-    if not isinstance(raw, dict):
-        raise DecodeError(f"body is JSON {type(raw).__name__}, not an object")
     return raw
 
 

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from taskq import unrecorded
 from taskq.cancels import CancelReport, cancel
 from taskq.client import ClientSource, Published
 from taskq.progress import Progress, latest, watch
@@ -54,7 +55,10 @@ class TaskHandle:
     async def result(self, timeout: float | None = None) -> Any:
         """The task's return value once it succeeded; raises TaskFailed if it was
         dead-lettered, ResultTimeout if nothing final arrives within `timeout` seconds."""
-        record = await wait(self._app(), self.id, timeout)
+        if self._unrecorded():
+            record = await unrecorded.outcome(self._app(), self.id, timeout)
+        else:
+            record = await wait(self._app(), self.id, timeout)
         record.raise_if_failed(self.id)
         return record.result
 
@@ -64,9 +68,25 @@ class TaskHandle:
 
     async def status(self) -> str:
         """`queued` (no record yet), `failed` (retrying), `succeeded`, `dead`, `cancelled`
-        or `dropped`."""
+        or `dropped`. A `store_result=False` task, whose success writes no record, is
+        `succeeded` once its message left the queue without a failure (taskq.unrecorded);
+        a bare id's handle with no record and no message anywhere is `unknown`."""
+        if self._unrecorded():
+            return await unrecorded.state(self._app(), self.id)
         record = await fetch(self._app(), self.id)
-        return record.state if record else "queued"
+        if record is not None:
+            return record.state
+        if self.task:
+            return "queued"  # a task that records its end: none yet
+        # a bare id (`app.handle(id)`): its task may keep no record; `unknown` when it is in
+        # no queue and has no record (gone unrecorded, purged, expired, or never enqueued)
+        return await unrecorded.state(self._app(), self.id, gone="unknown")
+
+    def _unrecorded(self) -> bool:
+        """True when the handle's task keeps no record of a success (as its App knows it)."""
+        tasks = getattr(self.app, "tasks", None)
+        task = tasks.get(self.task) if isinstance(tasks, dict) else None
+        return task is not None and not task.store_result
 
     async def cancel(self) -> CancelReport:
         """Cancel the task: one not started never runs; a running one is stopped (see

@@ -71,6 +71,8 @@ class Chain:
         hooks = self._process
         if not hooks:
             return await run()
+        if len(hooks) == 1:  # the usual case (telemetry alone): no step closure per attempt
+            return await hooks[0](ctx, run)
 
         async def step(index: int) -> Any:
             if index == len(hooks):
@@ -84,6 +86,8 @@ class Chain:
         hooks = self._enqueue
         if not hooks:
             return await send(envelope)
+        if len(hooks) == 1:
+            return await hooks[0](envelope, send)
 
         async def step(index: int, current: Envelope) -> None:
             if index == len(hooks):

@@ -71,17 +71,29 @@ async def test_result_timeout_and_sync_twin(app: App) -> None:
     assert value == "done"
 
 
-async def test_opt_out_stores_nothing_on_success(app: App) -> None:
+async def test_opt_out_stores_nothing_on_success_and_never_lies(app: App) -> None:
+    from taskq.results import fetch
+
     @app.task(store_result=False)
     async def fire_and_forget() -> int:
         return 1
 
-    async with running_worker(app) as worker:
-        handle = await fire_and_forget.enqueue()
-        from tests.conftest import wait_until
+    @app.task(store_result=False, max_retries=0)
+    async def doomed() -> None:
+        raise ValueError("no")
 
-        await wait_until(lambda: worker.stats["succeeded"] == 1)
+    handle = await fire_and_forget.enqueue()
+    failing = await doomed.enqueue()
+    # Given a task that keeps no record of its success, not run yet: it is queued
     assert await handle.status() == "queued"
+    async with running_worker(app):
+        # When it ran: result() returns (no value kept), and status() says succeeded
+        assert await handle.result(timeout=10) is None
+        with pytest.raises(TaskFailed):
+            await failing.result(timeout=10)
+    assert await handle.status() == "succeeded"
+    assert await fetch(app, handle.id) is None  # nothing was stored for the success
+    assert await failing.status() == "dead"  # failures are recorded all the same
 
 
 async def test_cli_result(app: App, nats_url: str, prefix: str) -> None:

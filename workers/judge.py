@@ -100,7 +100,7 @@ class Judge:
         ctx.reporter = self.reporter
         key = key_for(job.envelope.id)
         self.running[key] = job
-        job.running = asyncio.current_task()
+        job.running = job.handler or asyncio.current_task()  # what a cancel interrupts
         try:
             with self._leases.hold(d, job.setup.ack_wait):
                 outcome = await run_attempt(

@@ -79,6 +79,7 @@ class Connection:
             await self._nc.flush(timeout=2)
         with contextlib.suppress(Exception):
             await self._nc.close()
+        await self._pipeline.close()
 
     async def flush(self, timeout: float = 5.0) -> None:
         with self._guard:

@@ -11,14 +11,16 @@ publish on the same future, and the reply is read into taskq's own PubAck.
 from __future__ import annotations
 
 import asyncio
-import json
+import contextlib
 from typing import Any
 
 import nats.js.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from pydantic_core import from_json
 
 from taskq.errors import BrokerError, PermissionDenied, TaskqError, TransientError
+from taskq.nats import internals
 from taskq.nats.errors import Guard
 from taskq.nats.types import PubAck
 
@@ -35,6 +37,7 @@ class Pipeline:
         self._prefix = ""
         self._opening: asyncio.Future[None] | None = None
         self._sent = 0
+        self._reader: asyncio.Task[None] | None = None
         # token -> (the publish's future, its deadline's timer)
         self._waiting: dict[str, tuple[asyncio.Future[PubAck], asyncio.TimerHandle]] = {}
 
@@ -71,7 +74,9 @@ class Pipeline:
         try:
             prefix = self._nc.new_inbox() + "."
             with self._guard:
-                await self._nc.subscribe(prefix + "*", cb=self._on_reply)
+                sub = await self._nc.subscribe(prefix + "*")
+            internals.check_subscription(sub)
+            self._reader = asyncio.create_task(self._read(sub))
             self._prefix = prefix
             self._opening.set_result(None)
         except BaseException as exc:
@@ -80,7 +85,23 @@ class Pipeline:
             self._opening = None
             raise
 
-    async def _on_reply(self, msg: Msg) -> None:
+    async def close(self) -> None:
+        """Stop reading replies (the connection is closing)."""
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+
+    async def _read(self, sub: Any) -> None:
+        """Answer replies as they come, every one already queued in the same turn: one
+        wake-up per burst of acks, not a callback task step per ack."""
+        queue = internals.pending_queue(sub)
+        while True:
+            self._on_reply(internals.taken(sub, await queue.get()))
+            while not queue.empty():
+                self._on_reply(internals.taken(sub, queue.get_nowait()))
+
+    def _on_reply(self, msg: Msg) -> None:
         waiting = self._waiting.pop(msg.subject[len(self._prefix) :], None)
         if waiting is None:
             return  # overdue already
@@ -100,7 +121,7 @@ class Pipeline:
         with self._guard:
             if msg.headers and msg.headers.get(STATUS) == NO_RESPONDERS:
                 raise nats.js.errors.NoStreamResponseError
-            reply: dict[str, Any] = json.loads(msg.data)
+            reply: dict[str, Any] = from_json(msg.data)
             error = reply.get("error")
             if error is not None:
                 nats.js.errors.APIError.from_error(error)  # raises the error's class

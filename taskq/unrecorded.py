@@ -1,0 +1,51 @@
+"""The state and result of a task that keeps no record when it succeeds (`store_result=False`).
+
+Such a task's failures, dead letters and cancels are recorded like any task's; only its
+success writes nothing. So with no record, the task is either still waiting (its message is
+in a queue stream, or delayed, or held by a limit) or it succeeded: the worker removes a
+message only once it succeeded or its failure is recorded. Telling the two apart reads the
+queue streams (`taskq.locate`), which costs a scan of the backlog: the price of not writing
+a record per task, paid by whoever asks, not by every task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from taskq.client import ClientSource
+from taskq.errors import ResultTimeout
+from taskq.locate import find_waiting
+from taskq.results import FINAL, ResultRecord, fetch
+
+
+async def state(source: ClientSource, task_id: str, gone: str = "succeeded") -> str:
+    """`queued` while its message waits (or runs), a recorded state, else `gone`."""
+    record = await fetch(source, task_id)
+    if record is not None:
+        return record.state
+    if await find_waiting(await source.client(), task_id) is not None:
+        return "queued"
+    # it may have failed between the two reads: a failure is recorded before its message
+    # leaves the queue, so a second read finds it
+    record = await fetch(source, task_id)
+    return record.state if record is not None else gone
+
+
+async def outcome(source: ClientSource, task_id: str, timeout: float | None) -> ResultRecord:
+    """The final record, or a `succeeded` one with no value once the task left its queue
+    without a failure; polls (50 ms doubling to 2 s), ResultTimeout past `timeout`."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    pause = 0.05
+    while True:
+        now = await state(source, task_id)
+        if now == "succeeded":
+            return (await fetch(source, task_id)) or ResultRecord(state="succeeded")
+        if now in FINAL:
+            record = await fetch(source, task_id)
+            assert record is not None
+            return record
+        if deadline is not None and time.monotonic() + pause > deadline:
+            raise ResultTimeout(task_id, timeout or 0.0, now)
+        await asyncio.sleep(pause)
+        pause = min(2.0, pause * 2)
