@@ -101,11 +101,11 @@ class Judge:
         key = key_for(job.envelope.id)
         self.running[key] = job
         job.running = job.handler or asyncio.current_task()  # what a cancel interrupts
+        self._leases.hold(d, job.setup.ack_wait)
         try:
-            with self._leases.hold(d, job.setup.ack_wait):
-                outcome = await run_attempt(
-                    ctx, self.app.middleware, self._call(task, args, kwargs, ctx)
-                )
+            outcome = await run_attempt(
+                ctx, self.app.middleware, self._call(task, args, kwargs, ctx)
+            )
         except asyncio.CancelledError:
             if not job.cancel_requested:
                 raise  # shutdown past grace: the worker hands the message back
@@ -113,6 +113,7 @@ class Judge:
                 job.running.uncancel()
             outcome = Failure(TaskCancelled(job.envelope.id))
         finally:
+            self._leases.release(d)
             job.running = None
             self.running.pop(key, None)
         if job.cancel_requested:  # code that could not be interrupted ended on its own

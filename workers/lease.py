@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterator
 
 from taskq.errors import TaskqError
 from taskq.nats import Delivery
@@ -31,17 +30,16 @@ class Leases:
         self._held: dict[Delivery, list[float]] = {}  # delivery -> [next beat, interval]
         self._ticker: asyncio.Task[None] | None = None
 
-    @contextlib.contextmanager
-    def hold(self, delivery: Delivery, ack_wait: float) -> Iterator[None]:
-        """Extend `delivery`'s lease every ack_wait/3 while the block runs."""
+    def hold(self, delivery: Delivery, ack_wait: float) -> None:
+        """Extend `delivery`'s lease every ack_wait/3 until `release` (a pair of calls, not
+        a generator context manager: this runs once per task)."""
         interval = max(ack_wait / 3.0, 0.05)
         self._held[delivery] = [time.monotonic() + interval, interval]
         if self._ticker is None or self._ticker.done():
             self._ticker = asyncio.create_task(self._tick())
-        try:
-            yield
-        finally:
-            self._held.pop(delivery, None)
+
+    def release(self, delivery: Delivery) -> None:
+        self._held.pop(delivery, None)
 
     async def _tick(self) -> None:
         while self._held:

@@ -26,6 +26,7 @@ from taskq.nats.types import PubAck
 
 STATUS = "Status"
 NO_RESPONDERS = "503"  # no stream listens on the subject (or it is being elected)
+SWEEP = 0.25  # how often publishes past their ack deadline are failed
 
 
 class Pipeline:
@@ -38,8 +39,9 @@ class Pipeline:
         self._opening: asyncio.Future[None] | None = None
         self._sent = 0
         self._reader: asyncio.Task[None] | None = None
-        # token -> (the publish's future, its deadline's timer)
-        self._waiting: dict[str, tuple[asyncio.Future[PubAck], asyncio.TimerHandle]] = {}
+        # token -> (the publish's future, its deadline on the loop's clock, its timeout)
+        self._waiting: dict[str, tuple[asyncio.Future[PubAck], float, float]] = {}
+        self._sweep: asyncio.TimerHandle | None = None
 
     async def send(
         self, subject: str, body: bytes, headers: dict[str, str] | None, ack_timeout: float
@@ -53,15 +55,16 @@ class Pipeline:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[PubAck] = loop.create_future()
         # An ack can be lost for good (a stream leader killed between storing and answering):
-        # without a deadline the waiter would hang forever.
-        timer = loop.call_later(ack_timeout, self._overdue, token, ack_timeout)
-        self._waiting[token] = (future, timer)
+        # without a deadline the waiter would hang forever. One sweep timer for all of them,
+        # not a timer per publish (a heap insert and a cancel per message).
+        self._waiting[token] = (future, loop.time() + ack_timeout, ack_timeout)
+        if self._sweep is None:
+            self._sweep = loop.call_later(SWEEP, self._overdue)
         try:
             with self._guard:
                 await self._nc.publish(subject, body, reply=self._prefix + token, headers=headers)
         except BaseException:
             self._waiting.pop(token, None)
-            timer.cancel()
             raise
         return future
 
@@ -87,6 +90,9 @@ class Pipeline:
 
     async def close(self) -> None:
         """Stop reading replies (the connection is closing)."""
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
         if self._reader is not None:
             self._reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -105,8 +111,7 @@ class Pipeline:
         waiting = self._waiting.pop(msg.subject[len(self._prefix) :], None)
         if waiting is None:
             return  # overdue already
-        future, timer = waiting
-        timer.cancel()
+        future = waiting[0]
         if future.done():
             return
         try:
@@ -127,14 +132,25 @@ class Pipeline:
                 nats.js.errors.APIError.from_error(error)  # raises the error's class
             return PubAck(reply["stream"], int(reply["seq"]), bool(reply.get("duplicate")))
 
-    def _overdue(self, token: str, after: float) -> None:
-        waiting = self._waiting.pop(token, None)
-        if waiting is None or waiting[0].done():
-            return
+    def _overdue(self) -> None:
+        """Fail the publishes past their deadline (SWEEP s late at most); re-arm while any
+        wait (a scan of those in flight: a few thousand at most, four times a second)."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        expired = [
+            (token, future, after)
+            for token, (future, deadline, after) in self._waiting.items()
+            if deadline <= now
+        ]
+        for token, future, after in expired:
+            del self._waiting[token]
+            if not future.done():
+                future.set_exception(self._no_ack(after))
+        self._sweep = loop.call_later(SWEEP, self._overdue) if self._waiting else None
+
+    def _no_ack(self, after: float) -> TaskqError:
         # a publish the server refused for permissions is never answered: say so
         refused = self._guard.recent_violation()
-        waiting[0].set_exception(
-            PermissionDenied(f"NATS refused it: {refused}", None, 403)
-            if refused
-            else TransientError(f"no acknowledgement from the server in {after:g}s")
-        )
+        if refused:
+            return PermissionDenied(f"NATS refused it: {refused}", None, 403)
+        return TransientError(f"no acknowledgement from the server in {after:g}s")
