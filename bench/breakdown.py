@@ -9,6 +9,8 @@ JSON envelope, and each settled task writes its result record to a KV bucket and
 the server's ack before acking the message. "raw, same protocol work" is a plain nats-py loop
 doing exactly that and nothing else; the taskq variants switch off, one at a time, the work
 that is optional (the result record, the log line), so the table says what each costs.
+Then `bench/profile.py` samples a drain with the defaults and names each part of what is
+left, in µs per task (`--no-profile` skips it). Writes bench/results/breakdown.md.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any
 import nats
 import nats.errors
 
-from bench.run import BODY, fresh_prefix, steady_rate
+from bench.run import BODY, RESULTS, fresh_prefix, steady_rate
 from taskq import App
 from taskq.ids import new_id
 from taskq.server import EmbeddedServer
@@ -239,6 +241,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--drain", type=int, default=20_000)
     parser.add_argument("--enqueue", type=int, default=5_000)
+    parser.add_argument("--no-profile", action="store_true", help="skip the sampled profile")
     args = parser.parse_args()
     install(logging.INFO).setStream(open(os.devnull, "w"))  # the worker's handler, muted  # noqa: SIM115
     with EmbeddedServer(store_dir=tempfile.mkdtemp(prefix="taskq-bench-")) as server:
@@ -249,7 +252,16 @@ def main() -> None:
         except ImportError:
             results = asyncio.run(run_all(server.url, args))
     print()
-    print(render(results, args.runs))
+    text = render(results, args.runs)
+    if not args.no_profile:  # then each µs of the defaults' drain, named (bench/profile.py)
+        from bench.profile import profile
+
+        named, _, _ = profile(60_000, store_result=True)
+        text += "\n\nWhere the defaults' drain spends its time, named (`bench/profile.py`):\n\n"
+        text += named
+    print(text)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "breakdown.md").write_text(text)
 
 
 if __name__ == "__main__":

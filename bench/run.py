@@ -179,6 +179,30 @@ async def drain(
     return rate, rss
 
 
+async def rss_over(url: str, n: int) -> tuple[float, float]:
+    """A `taskq worker` process's RSS (MB) once it ran the first 10% of `n` tasks, and once
+    it ran them all: flat means the worker keeps nothing per task."""
+    app, prefix = await fill_backlog(url, n)
+    stream = app.names.queue_stream("default")
+    broker = (await app.client()).connection
+    cmd = [sys.executable, "-m", "taskq", "--url", url, "--prefix", prefix, "worker"]
+    child = spawn([*cmd, "bench.apps:app"])
+    try:
+        await wait_marker([child], "worker ready")
+        memory = psutil.Process(child.pid)
+        while await remaining(broker, [stream]) > 0.9 * n:
+            await asyncio.sleep(0.01)
+        early = memory.memory_info().rss / 2**20
+        while await remaining(broker, [stream]) > 0:
+            await asyncio.sleep(0.05)
+        late = memory.memory_info().rss / 2**20
+    finally:
+        child.kill()
+        child.wait()
+        await app.aclose()
+    return early, late
+
+
 async def remaining(broker: Any, streams: list[str]) -> int:
     return sum([(await broker.streams.state(s)).messages for s in streams])
 
@@ -396,6 +420,12 @@ async def measure_all(url: str, args: argparse.Namespace) -> list[Row]:
         rows.append(row)
     if rss:
         rows.append(Row("worker RSS after a drain", "MB", statistics.median(rss), 0, "(info)"))
+    early, late = await rss_over(url, args.rss_tasks)
+    name = f"worker RSS after {args.rss_tasks:,} tasks (raw column: after the first 10%)"
+    flat = Row(name, "MB", late, early, "<= +5 MB")
+    flat.ratio = late / early
+    flat.ok = late - early <= 5.0
+    rows.append(flat)
     return rows
 
 
@@ -424,6 +454,7 @@ def main() -> None:
     parser.add_argument("--drain", type=int, default=20_000)
     parser.add_argument("--enqueue", type=int, default=5_000)
     parser.add_argument("--latency", type=int, default=1_000)
+    parser.add_argument("--rss-tasks", type=int, default=100_000, help="tasks for the RSS row")
     args = parser.parse_args()
     import taskq
 
