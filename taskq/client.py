@@ -9,7 +9,7 @@ a Client, so its caches (queues ensured, partition layouts) live and die with it
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Protocol
 
 from taskq.envelope import MSG_ID, TASK_HEADER, Envelope
@@ -138,7 +138,7 @@ class Client:
             subject = self.names.rank_subject(queue, level, envelope.task, part)
         else:
             subject = self.names.queue_subject(queue, envelope.task, part)
-        return replace(envelope, queue=queue, subject=subject)
+        return envelope.addressed(queue, subject)
 
     async def publish_envelope(
         self,

@@ -46,6 +46,13 @@ class Envelope:
     queue: str = field(default="", compare=False, repr=False)
     subject: str = field(default="", compare=False, repr=False)
 
+    def addressed(self, queue: str, subject: str) -> Envelope:
+        """This envelope bound for `queue` on `subject`: `dataclasses.replace` without its
+        cost (an `__init__` with every field again, per task on the enqueue path)."""
+        moved = object.__new__(Envelope)
+        moved.__dict__.update(self.__dict__, queue=queue, subject=subject)
+        return moved
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "v": VERSION,
