@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from taskq.client import Client
 from taskq.dlq.oversize import fit
 from taskq.dlq.record import ID_HEADER, QUEUE_HEADER, REASON_HEADER, DeadLetter
@@ -9,16 +11,22 @@ from taskq.nats import PubAck
 from taskq.retrying import retry_transient
 
 
-async def publish_record(
-    client: Client,
-    record: DeadLetter,
-    task: str | None = None,
-    raw: bytes | None = None,
-) -> PubAck:
-    """Store a record in the DLQ, acknowledged, deduplicated per (task id, original seq).
+@dataclass(frozen=True)
+class Letter:
+    """A dead letter ready to publish: where, its bytes, its headers."""
 
-    The id includes the original stream sequence so the same task dying again after a
-    requeue is a new record, not a duplicate swallowed by the dedup window.
+    subject: str
+    body: bytes
+    headers: dict[str, str]
+
+
+async def prepare(
+    client: Client, record: DeadLetter, task: str | None = None, raw: bytes | None = None
+) -> Letter:
+    """`record` as the message to store (its original claim-checked if it is too big).
+
+    The message id includes the original stream sequence so the same task dying again after
+    a requeue is a new record, not a duplicate swallowed by the dedup window.
     """
     record = await fit(client, record, raw)
     task_name = task or record.task
@@ -30,9 +38,20 @@ async def publish_record(
         "Taskq-Task": task_name,
     }
     subject = client.names.dlq_subject(record.queue, _subject_safe(task_name))
-    body = record.body()
+    return Letter(subject, record.body(), headers)
+
+
+async def publish_record(
+    client: Client,
+    record: DeadLetter,
+    task: str | None = None,
+    raw: bytes | None = None,
+) -> PubAck:
+    """Store a record in the DLQ, acknowledged, deduplicated per (task id, original seq)."""
+    letter = await prepare(client, record, task, raw)
     return await retry_transient(
-        lambda: client.connection.publish(subject, body, headers), what="dead-letter write"
+        lambda: client.connection.publish(letter.subject, letter.body, letter.headers),
+        what="dead-letter write",
     )
 
 

@@ -27,6 +27,7 @@ class Job:
     context: TaskContext | None = None
     running: asyncio.Task[Any] | None = None  # set while the attempt runs: what a cancel stops
     handler: asyncio.Task[Any] | None = None  # the worker's task handling this delivery
+    lettered: bool = False  # its dead letter is stored (by the settle group): TERM only
     cancel_requested: bool = False
     spent: int = 0  # attempts spent by earlier messages of this task (a held task's copy)
     permit: bool = False  # holds a per-key concurrency slot (taskq.workers.admission)

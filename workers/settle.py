@@ -11,7 +11,7 @@ from collections import Counter
 
 from taskq.client import Client
 from taskq.dlq.record import ErrorInfo, make_record
-from taskq.dlq.write import publish_record
+from taskq.dlq.write import Letter, prepare
 from taskq.flow import final_id
 from taskq.policy import Ack, Cancel, Dead, Decision, Failure, Hold, Nak, Outcome, Success
 from taskq.results import encoded
@@ -46,12 +46,17 @@ class Settler:
             self.group = SettleGroup(client, self._finish, self.settle_alone)
 
     async def settle(self, job: Job, decision: Decision, outcome: Outcome | None) -> None:
-        """Settle one verdict: alone when it needs more than a record and a settle (holds,
-        dead letters, workflow steps, `ack_sync`), else handed to the group (returns at once)."""
+        """Settle one verdict: alone when it needs more than its writes and a settle (holds,
+        workflow steps, limits, `ack_sync`, undecodable), else handed to the group (which
+        settles it after this returns)."""
         if isinstance(decision, Hold):
             await self._hold(job, decision)
         elif self.group is not None and _groupable(job, decision):
-            self.group.add(Handed(job, decision, outcome, self._encoded(job, decision, outcome)))
+            record = self._encoded(job, decision, outcome)
+            letter = (
+                await self._letter(job, decision, outcome) if isinstance(decision, Dead) else None
+            )
+            self.group.add(Handed(job, decision, outcome, record, letter))
         else:
             await self.settle_alone(job, decision, outcome)
 
@@ -124,6 +129,17 @@ class Settler:
             await store_result(self.client, final, record)
 
     async def _dead_letter(self, job: Job, dead: Dead, outcome: Outcome | None) -> None:
+        """Store the dead letter (unless the settle group did), then TERM: a message is
+        never in neither place."""
+        if not job.lettered:
+            letter = await self._letter(job, dead, outcome)
+            await retry_transient(
+                lambda: self.client.connection.publish(letter.subject, letter.body, letter.headers),
+                what="dead-letter write",
+            )
+        await job.delivery.term(dead.reason)
+
+    async def _letter(self, job: Job, dead: Dead, outcome: Outcome | None) -> Letter:
         d = job.delivery
         error = outcome.error if isinstance(outcome, Failure) else None
         trace = outcome.traceback if isinstance(outcome, Failure) else ""
@@ -140,8 +156,7 @@ class Settler:
             original_seq=d.seq,
         )
         task_name = job.envelope.task if job.envelope else self._subject_task(d.subject)
-        await publish_record(self.client, record, task_name, d.data)
-        await d.term(dead.reason)
+        return await prepare(self.client, record, task_name, d.data)
 
     def _subject_task(self, subject: str) -> str:
         parsed = self.client.names.parse_queue_subject(subject)
@@ -149,14 +164,14 @@ class Settler:
 
 
 def _groupable(job: Job, decision: Decision) -> bool:
-    """A verdict settled by a record and an ack or NAK alone (no dead letter, no workflow
-    step, not `ack_sync`, decoded): the batching path may settle it."""
+    """A verdict settled by its writes (a record, a dead letter) and then an ack, NAK or
+    TERM (decoded, no workflow step, no limits, not `ack_sync`): the group may settle it."""
     envelope, task = job.envelope, job.task
     if envelope is None or envelope.flow is not None or task is None or task.ack_sync:
         return False
     if task.flow is not None:  # limits: a per-key slot is released only once it settled
         return False
-    return isinstance(decision, Ack | Nak | Cancel)
+    return isinstance(decision, Ack | Nak | Cancel | Dead)
 
 
 def _log(job: Job, decision: Decision, outcome: Outcome | None) -> None:

@@ -1,13 +1,14 @@
 """Settling, together, the tasks that finished close together (the batching settle path).
 
 A task that finished hands its verdict here and its handler returns at once. Everything
-handed over within one turn of the event loop is one group: the group's result records are
-published pipelined and their server acks awaited together, then each message is settled
-(ack, NAK) only once *its own* record is stored. A lone task is settled on the next loop
-turn: no timer, no added latency. A record whose write failed is not settled with its
-group: it is written again on its own (`Settler.settle_alone`, retried while transient),
-and if that fails too its message is handed back for redelivery, as a failed settle always
-was. `ack_sync` tasks, workflow steps, holds and dead letters never come here.
+handed over within one turn of the event loop is one group: the group's writes (result
+records, dead letters) are published pipelined and their server acks awaited together,
+then each message is settled (ack, NAK, or TERM) only once *its own* writes are stored. A
+lone task is settled on the next loop turn: no timer, no added latency. A verdict whose
+write failed is not settled with its group: it is written again on its own
+(`Settler.settle_alone`, retried while transient), and if that fails too its message is
+handed back for redelivery, as a failed settle always was. `ack_sync` tasks, workflow
+steps, holds, limits and undecodable messages never come here.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from taskq.client import Client
+from taskq.dlq.write import Letter
 from taskq.errors import StorageFull
 from taskq.nats import PubAck
 from taskq.policy import Decision, Outcome
@@ -39,6 +41,7 @@ class Handed:
     decision: Decision
     outcome: Outcome | None
     record: bytes | None
+    letter: Letter | None = None  # a dead verdict's dead letter, stored before the TERM
 
 
 class SettleGroup:
@@ -80,32 +83,49 @@ class SettleGroup:
 
     async def _settle(self, group: list[Handed]) -> None:
         stored = await self._store(group)
-        for handed, write in zip(group, stored, strict=True):
-            if isinstance(write, StorageFull):
+        for handed, (record, letter) in zip(group, stored, strict=True):
+            if isinstance(record, StorageFull):
                 # a full store must not stop the drain: the record is lost, visibly
-                log.warning("result of task %s not stored: %s", _tid(handed), write)
-                write = None
-            if write is None or isinstance(write, PubAck):
+                log.warning("result of task %s not stored: %s", _tid(handed), record)
+                record = None
+            if (record is None or isinstance(record, PubAck)) and (
+                letter is None or isinstance(letter, PubAck)
+            ):
+                handed.job.lettered = letter is not None
                 await self._guarded(self._finish, handed)
-            else:  # not stored: its message waits until its record is (or comes back)
+            else:  # not stored: its message waits until its writes are (or comes back)
                 self._spawn(self._guarded(self._alone, handed))
 
-    async def _store(self, group: list[Handed]) -> list[Any]:
-        """Each record published now (pipelined), acks awaited together; per handed, its
-        PubAck, the error its write met, or None when it has no record."""
-        kv, bucket = self._client.connection.kv, self._client.names.results_bucket
+    async def _store(self, group: list[Handed]) -> list[tuple[Any, Any]]:
+        """Each write published now (pipelined), acks awaited together; per handed, for its
+        record and its dead letter: the PubAck, the error the write met, or None (none)."""
         writes: list[Awaitable[PubAck] | None] = []
         for handed in group:
-            if handed.record is None:
-                writes.append(None)
-                continue
-            try:
-                writes.append(await kv.put_nowait(bucket, _key(handed), handed.record))
-            except Exception as exc:  # refused before it was sent (e.g. not connected)
-                writes.append(_failed(exc))
+            writes.append(await self._send_record(handed))
+            writes.append(await self._send_letter(handed))
         sent = [w for w in writes if w is not None]
         done = iter(await asyncio.gather(*sent, return_exceptions=True))
-        return [None if w is None else next(done) for w in writes]
+        results = [None if w is None else next(done) for w in writes]
+        return list(zip(results[::2], results[1::2], strict=True))
+
+    async def _send_record(self, handed: Handed) -> Awaitable[PubAck] | None:
+        if handed.record is None:
+            return None
+        kv, bucket = self._client.connection.kv, self._client.names.results_bucket
+        try:
+            return await kv.put_nowait(bucket, _key(handed), handed.record)
+        except Exception as exc:  # refused before it was sent (e.g. not connected)
+            return _failed(exc)
+
+    async def _send_letter(self, handed: Handed) -> Awaitable[PubAck] | None:
+        letter = handed.letter
+        if letter is None:
+            return None
+        try:
+            connection = self._client.connection
+            return await connection.publish_nowait(letter.subject, letter.body, letter.headers)
+        except Exception as exc:
+            return _failed(exc)
 
     async def _guarded(self, settle: Finish, handed: Handed) -> None:
         """Never let one message's settle failure touch the others: it is redelivered."""

@@ -1,0 +1,63 @@
+"""The batching settle path: verdicts that finish together settle together, each message
+only after its own writes; what cannot be grouped settles alone."""
+
+from __future__ import annotations
+
+from taskq import App
+from taskq.dlq.browse import list_dead
+from taskq.results import fetch
+from tests.conftest import running_worker, wait_until
+
+
+async def test_tasks_finishing_together_settle_in_groups_each_after_its_record(
+    app: App,
+) -> None:
+    @app.task
+    async def square(n: int) -> int:
+        return n * n
+
+    handles = await square.enqueue_many(range(300))
+    async with running_worker(app, concurrency=32) as worker:
+        await wait_until(lambda: worker.stats["succeeded"] == 300, timeout=30)
+        group = worker._settler.group if worker._settler else None
+        assert group is not None
+        # Then they were settled in fewer groups than tasks (several per loop turn) ...
+        assert group.grouped == 300 and group.groups < 300, (group.groups, group.grouped)
+    # ... and every acked task has its record, with its value
+    for n, handle in enumerate(handles):
+        record = await fetch(app, handle.id)
+        assert record is not None and (record.state, record.result) == ("succeeded", n * n)
+    connection = (await app.client()).connection
+    assert (await connection.streams.state(app.names.queue_stream("default"))).messages == 0
+
+
+async def test_retries_and_dead_letters_settle_in_groups_too(app: App) -> None:
+    @app.task(max_retries=1, backoff=0.05, backoff_max=0.05, jitter=0)
+    async def broken(n: int) -> None:
+        raise ValueError(f"broken {n}")
+
+    handles = await broken.enqueue_many(range(40))
+    async with running_worker(app, concurrency=16) as worker:
+        await wait_until(lambda: worker.stats["dead"] == 40, timeout=30)
+        group = worker._settler.group if worker._settler else None
+        assert group is not None and group.grouped == 80  # 40 NAKs, then 40 TERMs
+        assert worker.stats["retried"] == 40
+    # each TERM came after its dead letter and its `dead` record were stored
+    dead = await list_dead(app)
+    assert sorted(r.message.id for r in dead) == sorted(h.id for h in handles)
+    for handle in handles:
+        record = await fetch(app, handle.id)
+        assert record is not None and record.state == "dead"
+
+
+async def test_ack_sync_tasks_settle_alone(app: App) -> None:
+    @app.task(ack_sync=True)
+    async def exact(n: int) -> int:
+        return n
+
+    handles = await exact.enqueue_many(range(20))
+    async with running_worker(app) as worker:
+        await wait_until(lambda: worker.stats["succeeded"] == 20, timeout=30)
+        group = worker._settler.group if worker._settler else None
+        assert group is not None and group.grouped == 0
+    assert [await h.result(timeout=5) for h in handles] == list(range(20))
