@@ -35,15 +35,11 @@ class Settler:
         client: Client,
         stats: Counter[str],
         admission: Admission | None = None,
-        *,
-        grouped: bool = True,
     ) -> None:
         self.client = client
         self.stats = stats
         self.admission = admission
-        self.group: SettleGroup | None = None
-        if grouped:
-            self.group = SettleGroup(client, self._finish, self.settle_alone)
+        self.group = SettleGroup(client, self._finish, self.settle_alone)
 
     async def settle(self, job: Job, decision: Decision, outcome: Outcome | None) -> None:
         """Settle one verdict: alone when it needs more than its writes and a settle (holds,
@@ -51,7 +47,7 @@ class Settler:
         settles it after this returns)."""
         if isinstance(decision, Hold):
             await self._hold(job, decision)
-        elif self.group is not None and _groupable(job, decision):
+        elif _groupable(job, decision):
             record = self._encoded(job, decision, outcome)
             letter = (
                 await self._letter(job, decision, outcome) if isinstance(decision, Dead) else None
@@ -67,8 +63,7 @@ class Settler:
 
     async def drain(self) -> None:
         """Settle every verdict handed to the group so far (before the worker closes)."""
-        if self.group is not None:
-            await self.group.drain()
+        await self.group.drain()
 
     async def _finish(self, job: Job, decision: Decision, outcome: Outcome | None) -> None:
         """Settle the message of a verdict whose records are stored; count it; log it."""
