@@ -89,10 +89,15 @@ class Pipeline:
             raise
 
     async def close(self) -> None:
-        """Stop reading replies (the connection is closing)."""
+        """Stop reading replies (the connection is closing); publishes still waiting for
+        their ack fail now rather than wait for an answer that cannot come."""
         if self._sweep is not None:
             self._sweep.cancel()
             self._sweep = None
+        waiting, self._waiting = self._waiting, {}
+        for future, _, _ in waiting.values():
+            if not future.done():
+                future.set_exception(TransientError("the connection closed before the ack"))
         if self._reader is not None:
             self._reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
