@@ -39,3 +39,32 @@ def test_a_changed_subscription_fails_loudly() -> None:
 
     with pytest.raises(BrokerError, match="nats-py"):
         internals.check_subscription(Changed())
+
+
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        (
+            "$JS.ACK.T_Q_DEFAULT.default.3.1042.977.1732480000000000000.12",
+            ("T_Q_DEFAULT", 3, 1042, 12),
+        ),
+        (
+            "$JS.ACK.hub.ACCHASH.T_Q_DEFAULT.default.2.77.70.1732480000000000000.0.xyz",
+            ("T_Q_DEFAULT", 2, 77, 0),
+        ),
+    ],
+)
+def test_a_delivery_reads_its_ack_subject_as_nats_py_does(
+    reply: str, expected: tuple[str, int, int, int]
+) -> None:
+    from nats.aio.msg import Msg
+
+    from taskq.nats import Delivery
+    from taskq.nats.errors import Guard
+    from taskq.settings import Settings
+
+    msg = Msg(_client=None, subject="t.q.default.add", reply=reply, data=b"{}")  # type: ignore[arg-type]
+    delivery = Delivery(msg, None, Guard(), Settings().sealer())  # type: ignore[arg-type]
+    meta = msg.metadata  # nats-py's own reading of the same subject
+    assert (meta.stream, meta.num_delivered, meta.sequence.stream, meta.num_pending) == expected
+    assert (delivery.stream, delivery.num_delivered, delivery.seq, delivery.pending) == expected

@@ -35,6 +35,7 @@ class Delivery:
         "_data",
         "_guard",
         "_msg",
+        "_pending",
         "num_delivered",
         "sealed",
         "seq",
@@ -50,10 +51,7 @@ class Delivery:
         self._claims: Claims | None = None
         self.unreadable: str | None = None
         self._take(msg.data, sealer)
-        meta = msg.metadata
-        self.seq: int = meta.sequence.stream
-        self.num_delivered: int = meta.num_delivered
-        self.stream: str = meta.stream
+        self.stream, self.num_delivered, self.seq, self._pending = _ack_subject(msg)
 
     def _take(self, data: bytes, sealer: Sealer) -> None:
         """Keep `data` as the body, opened once here when sealed; a body this process
@@ -105,7 +103,7 @@ class Delivery:
     @property
     def pending(self) -> int:
         """Messages still pending for this consumer after this one (from the ack subject)."""
-        return int(self._msg.metadata.num_pending or 0)
+        return self._pending
 
     def stored(self) -> StoredMessage:
         """This delivery as a stream message (for readers that do not settle)."""
@@ -210,6 +208,20 @@ class Puller:
             if not (msg.headers and msg.headers.get("Status")):
                 with contextlib.suppress(Exception):
                     await msg.nak()
+
+
+def _ack_subject(msg: Msg) -> tuple[str, int, int, int]:
+    """(stream, times delivered, stream sequence, pending) from a delivery's ack subject
+    (ADR-15: `$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>`, or the
+    12-token form with domain and account hash), read directly: nats-py's `metadata` also
+    builds two dataclasses and a datetime per message, which the worker never reads."""
+    tokens = (msg.reply or "").split(".")
+    if len(tokens) == 9:
+        return tokens[2], int(tokens[4]), int(tokens[5]), int(tokens[8])
+    if len(tokens) >= 12:
+        return tokens[4], int(tokens[6]), int(tokens[7]), int(tokens[10])
+    meta = msg.metadata  # anything else: nats-py says what it is, or why not
+    return meta.stream, meta.num_delivered, meta.sequence.stream, int(meta.num_pending or 0)
 
 
 def request_over(status: str, msg: Msg) -> bool:
