@@ -108,6 +108,12 @@ async def test_cli_result(app: App, nats_url: str, prefix: str) -> None:
     assert out.returncode == 0, out.stderr
     body = json.loads(out.stdout)
     assert body["state"] == "succeeded" and body["result"] == "hello taskq"
+    # an id with no record is `queued` only while its message waits somewhere
+    waiting = await greet.enqueue("later")
+    out = run_cli(nats_url, prefix, "result", waiting.id, "--json")
+    assert json.loads(out.stdout)["state"] == "queued", out.stderr
+    out = run_cli(nats_url, prefix, "result", "no-such-task", "--json")
+    assert json.loads(out.stdout)["state"] == "unknown", out.stderr
 
 
 async def test_result_wait_latency(app: App) -> None:

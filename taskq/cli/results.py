@@ -39,21 +39,28 @@ def result(
 ) -> None:
     """Show the state and result of task ID (exit 1 if it failed, was cancelled, or --wait
     timed out)."""
+    from taskq import unrecorded
     from taskq.results import fetch
     from taskq.results import wait as wait_for
 
-    async def go(client: Client) -> ResultRecord | None:
+    async def go(client: Client) -> tuple[ResultRecord | None, str]:
         if follow:
-            return await _follow(client, task_id, timeout, as_json)
+            final = await _follow(client, task_id, timeout, as_json)
+            return final, final.state
         if wait:
-            return await wait_for(client, task_id, timeout)
-        return await fetch(client, task_id)
+            final = await wait_for(client, task_id, timeout)
+            return final, final.state
+        record = await fetch(client, task_id)
+        if record is not None:
+            return record, record.state
+        # no record: `queued` only if its message is somewhere to be run (taskq.unrecorded)
+        return None, await unrecorded.state(client, task_id, gone="unknown")
 
     try:
-        record = ctx.run(go)
+        record, state = ctx.run(go)
     except ResultTimeout as exc:
         raise click.ClickException(str(exc)) from None
-    echo_record(task_id, record, as_json)
+    echo_record(task_id, record, as_json, state)
     if record is not None and record.state in ("dead", "cancelled"):
         raise SystemExit(1)
 
@@ -86,8 +93,10 @@ def _progress_line(report: Progress, as_json: bool) -> str:
     return f"progress {shown}" + (f"  {report.message}" if report.message else "")
 
 
-def echo_record(task_id: str, record: ResultRecord | None, as_json: bool) -> None:
-    payload: dict[str, Any] = {"id": task_id, "state": record.state if record else "queued"}
+def echo_record(
+    task_id: str, record: ResultRecord | None, as_json: bool, state: str | None = None
+) -> None:
+    payload: dict[str, Any] = {"id": task_id, "state": state or (record.state if record else "")}
     if record is not None:
         payload.update(record.model_dump(exclude={"state"}))
     if as_json:
