@@ -61,10 +61,15 @@ class Levels:
             main.stream, subjects_filter=names.rank_filter(main.queue, main.partition)
         )
         waiting = {names.rank_level(subject) for subject, n in state.subjects.items() if n}
-        for level in sorted(level for level in waiting if level is not None):
+        new = {}
+        for level in sorted((lv for lv in waiting if lv is not None), reverse=True):
             key = f"{main.stream}/{names.rank_consumer(main.queue, level)}"
             if key not in self._running:
-                setup = await ensure_level(self.app, self.client, main, level)
-                loop = asyncio.create_task(self._spawn(setup))
-                self._running[key] = loop
-                loop.add_done_callback(lambda _, k=key: self._running.pop(k, None))  # type: ignore[misc]
+                new[key] = await ensure_level(self.app, self.client, main, level)
+        # every new level's loop starts in the same turn, highest first: they queue for slots
+        # together and the highest rank gets the next free one (a loop started while the
+        # others' consumers were still being set up would take slots ahead of its rank)
+        for key, setup in new.items():
+            loop = asyncio.create_task(self._spawn(setup))
+            self._running[key] = loop
+            loop.add_done_callback(lambda _, k=key: self._running.pop(k, None))  # type: ignore[misc]

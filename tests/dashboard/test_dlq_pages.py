@@ -66,7 +66,9 @@ async def walk(app: App, filters: Filters, limit: int) -> list[int]:
 
 async def test_pages_show_every_record_once_newest_first(app: App) -> None:
     now = time.time()
-    await publish(app, 300, now)
+    # 10 s apart: a time window's edges sit 5 s from any record, so the seconds between
+    # the two reads compared below cannot move a record across an edge on a busy machine
+    await publish(app, 300, now, every=10.0)
     everything = [r.seq for r in await list_dead(app, newest_first=True)]
     assert await walk(app, Filters(), 50) == everything
     for filters in (
@@ -74,7 +76,7 @@ async def test_pages_show_every_record_once_newest_first(app: App) -> None:
         Filters(task="t2"),
         Filters(reason="crashed"),
         Filters(text="BAD INPUT 1"),  # case-insensitive, in the message
-        Filters(since=100.5, until=20.5),  # failed between 100 s and 20 s ago
+        Filters(since=1005, until=205),  # failed between ~1,000 s and ~200 s ago
         Filters(queue="q0", reason="permanent", text="valueerror: 1"),
     ):
         expected = [r.seq for r in await list_dead(app, filters, newest_first=True)]
