@@ -31,7 +31,8 @@ import time
 from pathlib import Path
 
 from bench.run import RESULTS, fill_backlog, spawn, steady_rate, wait_marker
-from taskq.server import EmbeddedServer, free_port
+from taskq.ports import lease_port
+from taskq.server import EmbeddedServer
 from taskq.workers.logs import (
     BUFFERED,
     FORMAT,
@@ -97,7 +98,7 @@ async def drains(url: str, n: int, runs: int) -> dict[str, float]:
     for _ in range(runs):  # interleaved: a slower spell of the machine hits every variant
         for name, extra in variants.items():
             if "--metrics-port" in extra:
-                extra = [*extra[:-1], str(free_port())]
+                extra = [*extra[:-1], str(lease_port())]
             rates[name].append(await drain_rate(url, n, extra))
     return {name: statistics.median(values) for name, values in rates.items()}
 

@@ -6,17 +6,22 @@ Used by `taskq server`, `taskq demo` and the test suite. The binary comes from t
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from taskq.errors import TaskqError
+
+log = logging.getLogger("taskq.server")
 
 
 class ServerError(TaskqError):
@@ -40,14 +45,8 @@ def find_binary() -> str:
     )
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
 def port_open(host: str, port: int) -> bool:
+    """Whether something accepts TCP connections on host:port right now."""
     try:
         with socket.create_connection((host, port), timeout=0.2):
             return True
@@ -56,7 +55,14 @@ def port_open(host: str, port: int) -> bool:
 
 
 class EmbeddedServer:
-    """One nats-server process with JetStream on a loopback port and a store directory."""
+    """One nats-server process with JetStream on a loopback port and a store directory.
+
+    Without a port it binds one itself (`-p -1`) and reports it through a ports file: no
+    other process can take the port between choosing and binding. Started again (after
+    `stop()` or `kill()`), it binds the same ports, so clients reconnect to the same
+    address; a port still taken then is waited for, within the start timeout. Ports a
+    config must name ahead (cluster routes) come from `taskq.ports.lease_port()`.
+    """
 
     def __init__(
         self,
@@ -68,7 +74,8 @@ class EmbeddedServer:
         log_file: str | os.PathLike[str] | None = None,
     ) -> None:
         self.host = host
-        self.port = port or free_port(host)
+        self.port = port or 0  # 0 until the first start has bound one
+        self.ports: dict[str, list[str]] = {}  # what the server reported: nats, cluster...
         self.store_dir = Path(store_dir)
         self.config = config
         self.extra_args = extra_args
@@ -83,8 +90,12 @@ class EmbeddedServer:
     def pid(self) -> int | None:
         return self.process.pid if self.process else None
 
-    def command(self) -> list[str]:
-        cmd = [find_binary(), "-js", "-a", self.host, "-p", str(self.port)]
+    def command(self, ports_dir: Path | None = None) -> list[str]:
+        """The nats-server command line; with `ports_dir`, it reports its ports there."""
+        port = str(self.port) if self.port else "-1"
+        cmd = [find_binary(), "-js", "-a", self.host, "-p", port]
+        if ports_dir is not None:
+            cmd += ["--ports_file_dir", str(ports_dir)]
         if self.config:
             # the config file owns the store directory (a flag too would be a duplicate)
             cmd += ["-c", self.config]
@@ -92,9 +103,11 @@ class EmbeddedServer:
             cmd += ["-sd", str(self.store_dir)]
         return cmd + list(self.extra_args)
 
-    def spawn(self, foreground_output: bool = False) -> subprocess.Popen[bytes]:
+    def spawn(
+        self, foreground_output: bool = False, ports_dir: Path | None = None
+    ) -> subprocess.Popen[bytes]:
         """Start the process without waiting for it to listen."""
-        if port_open(self.host, self.port):
+        if self.port and port_open(self.host, self.port):
             raise ServerError(f"port {self.port} on {self.host} is already in use")
         self.store_dir.mkdir(parents=True, exist_ok=True)
         out: Any = None
@@ -103,24 +116,56 @@ class EmbeddedServer:
             if self.log_file:
                 self.log_file.parent.mkdir(parents=True, exist_ok=True)
                 out = open(self.log_file, "ab")  # noqa: SIM115 - handed to the child process
-        self.process = subprocess.Popen(self.command(), stdout=out, stderr=out)
+        self.process = subprocess.Popen(self.command(ports_dir), stdout=out, stderr=out)
         return self.process
 
     def start(self, timeout: float = 15.0) -> EmbeddedServer:
-        """Start the process and wait until it accepts connections."""
-        process = self.spawn()
+        """Start the process and wait until it accepts connections (its ports file says
+        so: the ports are its own, not another process's that happens to listen there)."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
+        while True:
+            self._wait_port_free(deadline)
+            with tempfile.TemporaryDirectory(prefix="taskq-nats-ports-") as ports_dir:
+                process = self.spawn(ports_dir=Path(ports_dir))
+                if self._wait_ready(process, Path(ports_dir), deadline):
+                    return self
+            # it exited: its port was taken between our check and its bind (only a port
+            # named ahead can be), so wait for the port again, within the same timeout
+            log.warning("nats-server on %s exited at start (%s)", self.url, process.returncode)
+            self.process = None
+            if not self.port or time.monotonic() > deadline:
                 raise ServerError(
                     f"nats-server exited with code {process.returncode} "
                     f"(command: {' '.join(self.command())})"
                 )
-            if port_open(self.host, self.port):
-                return self
-            time.sleep(0.05)
+
+    def _wait_port_free(self, deadline: float) -> None:
+        while self.port and port_open(self.host, self.port):
+            if time.monotonic() > deadline:
+                raise ServerError(f"port {self.port} on {self.host} is already in use")
+            log.warning("port %s on %s is taken; waiting for it", self.port, self.host)
+            time.sleep(0.2)
+
+    def _wait_ready(
+        self, process: subprocess.Popen[bytes], ports_dir: Path, deadline: float
+    ) -> bool:
+        """True once the process reported its ports; False if it exited first."""
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                return False
+            # named <executable>_<pid>.ports
+            ports = _read_ports(next(ports_dir.glob(f"*_{process.pid}.ports"), None))
+            if ports and port_open(self.host, _port_of(ports["nats"][0])):
+                self.ports = ports
+                self.port = _port_of(ports["nats"][0])
+                return True
+            time.sleep(0.02)
         self.stop()
-        raise ServerError(f"nats-server did not listen on {self.url} within {timeout:g}s")
+        raise ServerError(f"nats-server did not listen on {self.url} within the start timeout")
+
+    def port_of(self, kind: str) -> int:
+        """The port the running server bound for `kind` (nats, cluster, monitoring...)."""
+        return _port_of(self.ports[kind][0])
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop gracefully (SIGTERM), then kill if it lingers."""
@@ -151,3 +196,17 @@ class EmbeddedServer:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _read_ports(path: Path | None) -> dict[str, list[str]] | None:
+    if path is None:
+        return None
+    try:
+        ports = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None  # not written yet, or half written
+    return ports if isinstance(ports, dict) and ports.get("nats") else None
+
+
+def _port_of(url: str) -> int:
+    return int(url.rsplit(":", 1)[1].rstrip("/"))

@@ -1,17 +1,26 @@
 """A 3-node JetStream cluster on 127.0.0.1 for fault tests: real nats-servers, real routes.
 
-Only loopback addresses and free ports; every process is started here and stopped or killed
-by its PID.
+Only loopback addresses; every process is started here and stopped or killed by its PID.
+Each node's config names its peers' route ports, so those ports (and the client ports, which
+a restarted node binds again) are leased (`taskq.ports`): no other process that leases — a
+second xdist worker, another suite — can take one while the cluster lives. If a node still
+cannot bind (a process that does not lease took a port), the whole cluster starts again on
+fresh ports, a bounded number of times, with a warning.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from taskq.server import EmbeddedServer, free_port
+from taskq.ports import lease_port, release_port
+from taskq.server import EmbeddedServer, ServerError
+
+log = logging.getLogger("tests.cluster")
 
 CONFIG = """
 server_name: {name}
@@ -24,11 +33,16 @@ cluster {{
 }}
 """
 
+START_ATTEMPTS = 3
+
 
 @dataclass
 class Cluster:
+    """Three (or more) nodes whose configs `render(cluster, name)` writes."""
+
     root: Path
     names: list[str] = field(default_factory=lambda: ["n1", "n2", "n3"])
+    render: Callable[[Cluster, str], str] | None = None
     servers: dict[str, EmbeddedServer] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
     cluster_ports: dict[str, int] = field(default_factory=dict)
@@ -37,37 +51,44 @@ class Cluster:
     def url(self) -> str:
         return ",".join(f"nats://127.0.0.1:{self.ports[n]}" for n in self.names)
 
+    def routes(self, name: str, scheme: str = "nats-route://127.0.0.1") -> str:
+        """The route URLs of every node but `name`, comma-separated."""
+        return ", ".join(f"{scheme}:{self.cluster_ports[n]}" for n in self.names if n != name)
+
     def config(self, name: str) -> Path:
-        routes = ", ".join(
-            f"nats-route://127.0.0.1:{self.cluster_ports[n]}" for n in self.names if n != name
-        )
+        text = (self.render or _default_config)(self, name)
         path = self.root / f"{name}.conf"
-        path.write_text(
-            CONFIG.format(
-                name=name,
-                port=self.ports[name],
-                store=self.root / name,
-                cluster_port=self.cluster_ports[name],
-                routes=routes,
-            )
-        )
+        path.write_text(text)
         return path
 
     def start(self) -> Cluster:
-        for name in self.names:
-            self.ports[name], self.cluster_ports[name] = free_port(), free_port()
-        for name in self.names:
-            self.start_node(name)
-        return self
+        for attempt in range(1, START_ATTEMPTS + 1):
+            self._lease()
+            try:
+                for name in self.names:
+                    self.start_node(name)
+                return self
+            except ServerError as error:
+                if attempt == START_ATTEMPTS:
+                    raise
+                log.warning("cluster start %d failed (%s); fresh ports", attempt, error)
+                self.stop()
+        raise AssertionError("unreachable")
 
-    def start_node(self, name: str) -> None:
+    def _lease(self) -> None:
+        self.release()
+        for name in self.names:
+            self.ports[name], self.cluster_ports[name] = lease_port(), lease_port()
+
+    def start_node(self, name: str, timeout: float = 15.0) -> None:
+        """Start `name` (again, after a kill: same ports, same store)."""
         server = EmbeddedServer(
             port=self.ports[name],
             store_dir=self.root / name,
             config=str(self.config(name)),
             log_file=self.root / f"{name}.log",
         )
-        self.servers[name] = server.start()
+        self.servers[name] = server.start(timeout)
 
     def kill(self, name: str) -> None:
         self.servers[name].kill()
@@ -75,10 +96,33 @@ class Cluster:
     def stop(self) -> None:
         for server in self.servers.values():
             server.stop()
+        self.servers.clear()
+
+    def close(self) -> None:
+        """Stop every node and give the ports back."""
+        self.stop()
+        self.release()
+
+    def release(self) -> None:
+        """Give the ports back (the cluster must be stopped)."""
+        for port in [*self.ports.values(), *self.cluster_ports.values()]:
+            release_port(port)
+        self.ports.clear()
+        self.cluster_ports.clear()
 
     async def ready(self, timeout: float = 30.0) -> None:
         """Wait until JetStream has a meta leader (an R3 stream can be created)."""
         await ready(self.url, timeout)
+
+
+def _default_config(cluster: Cluster, name: str) -> str:
+    return CONFIG.format(
+        name=name,
+        port=cluster.ports[name],
+        store=cluster.root / name,
+        cluster_port=cluster.cluster_ports[name],
+        routes=cluster.routes(name),
+    )
 
 
 async def ready(url: str, timeout: float = 30.0, **credentials: str) -> None:

@@ -13,15 +13,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from taskq.server import free_port
-
 
 class Proxy:
     """Forwards 127.0.0.1:`port` to 127.0.0.1:`target`; runs on the test's event loop."""
 
-    def __init__(self, target: int, port: int | None = None) -> None:
+    def __init__(self, target: int) -> None:
         self.target = target
-        self.port = port or free_port()
+        self.port = 0  # bound by start(): the system's choice, taken as it is chosen
         self.cut_off = False
         self.frozen = False
         self.tripped: bytes | None = None  # the pattern that froze the proxy
@@ -36,7 +34,8 @@ class Proxy:
         return f"nats://127.0.0.1:{self.port}"
 
     async def start(self) -> Proxy:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.port)
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self.port = int(self._server.sockets[0].getsockname()[1])
         return self
 
     def cut(self) -> None:

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from taskq import __version__ as taskq_version
-from taskq.server import free_port, port_open
+from taskq.ports import lease_port
+from taskq.server import port_open
 from tests.conftest import ROOT
 
 APP = "tests.apps.ledger:app"
@@ -30,7 +31,7 @@ def taskq(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
 
 
 def test_missing_server_is_one_line_exit_1() -> None:
-    url = f"nats://127.0.0.1:{free_port()}"
+    url = f"nats://127.0.0.1:{lease_port()}"
     result = taskq("--url", url, "enqueue", APP, "quick", '["x"]')
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
@@ -39,7 +40,7 @@ def test_missing_server_is_one_line_exit_1() -> None:
 
 
 def test_missing_server_for_worker_too() -> None:
-    url = f"nats://127.0.0.1:{free_port()}"
+    url = f"nats://127.0.0.1:{lease_port()}"
     result = taskq("--url", url, "worker", APP)
     assert result.returncode == 1 and "cannot reach NATS at" in result.stderr
 
@@ -80,7 +81,7 @@ def test_enqueue_prints_id_and_honours_key(nats_url: str, prefix: str) -> None:
 
 
 def test_server_command_runs_in_foreground_and_stops_on_sigterm(tmp_path: Path) -> None:
-    port = free_port()
+    port = lease_port()
     proc = subprocess.Popen(
         [
             sys.executable,

@@ -23,7 +23,7 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
         await nodes.ready()
         yield nodes
     finally:
-        nodes.stop()
+        nodes.close()
 
 
 async def run_leader_kill(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 import yaml
 
 from taskq.server import find_binary
+from tests.cluster import Cluster
 from tests.conftest import ROOT
 
 DEPLOY = ROOT / "deploy"
@@ -66,37 +68,14 @@ async def test_the_secured_deploy_cluster_runs_tasks_on_r3(tmp_path: Path) -> No
     import shutil
 
     from taskq import App
-    from taskq.server import EmbeddedServer, free_port
     from tests.cluster import ready
     from tests.conftest import running_worker, wait_until
 
-    (tmp_path / "cluster").mkdir()
     shutil.copy(DEPLOY / "nats" / "accounts.conf", tmp_path / "accounts.conf")
-    names = ["nats-1", "nats-2", "nats-3"]
-    ports = {n: (free_port(), free_port()) for n in names}
-    servers = []
-    for name in names:
-        text = (DEPLOY / "nats" / "cluster" / f"{name}.conf").read_text()
-        text = text.replace("listen: 0.0.0.0:4222", f"listen: 127.0.0.1:{ports[name][0]}")
-        text = text.replace("http: 0.0.0.0:8222", f"http: 127.0.0.1:{free_port()}")
-        text = text.replace("listen: 0.0.0.0:6222", f"listen: 127.0.0.1:{ports[name][1]}")
-        text = text.replace("/data/jetstream", str(tmp_path / name))
-        for other in names:
-            text = text.replace(f"{other}:6222", f"127.0.0.1:{ports[other][1]}")
-        config = tmp_path / "cluster" / f"{name}.conf"
-        config.write_text(text)
-        servers.append(
-            EmbeddedServer(
-                port=ports[name][0],
-                store_dir=tmp_path / name,
-                config=str(config),
-                log_file=tmp_path / f"{name}.log",
-            )
-        )
-    url = ",".join(s.url for s in servers)
+    (tmp_path / "cluster").mkdir()
+    nodes = Cluster(tmp_path / "cluster", ["nats-1", "nats-2", "nats-3"], _on_loopback)
     try:
-        for server in servers:
-            server.start()
+        url = nodes.start().url
         await ready(url, user="operator", password="operator-secret")
         roles = {
             r: App(url=url, user=r, password=f"{r}-secret", replicas=3)
@@ -118,5 +97,17 @@ async def test_the_secured_deploy_cluster_runs_tasks_on_r3(tmp_path: Path) -> No
         for app in roles.values():
             await app.aclose()
     finally:
-        for server in servers:
-            server.stop()
+        nodes.close()
+
+
+def _on_loopback(nodes: Cluster, name: str) -> str:
+    """deploy/nats/cluster/<name>.conf with its addresses moved to loopback and leased
+    ports, its store in the test's directory, monitoring on a port of its own choosing."""
+    text = (DEPLOY / "nats" / "cluster" / f"{name}.conf").read_text()
+    text = text.replace("listen: 0.0.0.0:4222", f"listen: 127.0.0.1:{nodes.ports[name]}")
+    text = re.sub(r"http: [0-9.]+:8222", "http: 127.0.0.1:-1", text)
+    text = text.replace("listen: 0.0.0.0:6222", f"listen: 127.0.0.1:{nodes.cluster_ports[name]}")
+    text = text.replace("/data/jetstream", str(nodes.root / name))
+    for other in nodes.names:
+        text = text.replace(f"{other}:6222", f"127.0.0.1:{nodes.cluster_ports[other]}")
+    return text

@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from taskq.server import free_port, port_open
+from taskq.ports import lease_port
+from taskq.server import port_open
 from tests.conftest import ROOT
 
 DJANGO = ROOT / "examples" / "django_app"
@@ -89,7 +90,7 @@ def http(method: str, url: str, body: dict[str, Any] | None = None) -> tuple[int
 
 
 def test_fastapi_app(services: Services) -> None:
-    port = free_port()
+    port = lease_port()
     api = services.start(
         "api", "-m", "uvicorn", "examples.fastapi_app.main:api", "--port", str(port)
     )
@@ -128,7 +129,7 @@ def test_django_app(services: Services) -> None:
         timeout=60,
     )
     assert migrate.returncode == 0, migrate.stdout + migrate.stderr
-    port = free_port()
+    port = lease_port()
     services.start("web", "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}", cwd=DJANGO)
     # the worker runs against the Django project, from its directory, as documented
     services.start("worker", "-m", "taskq", "worker", "shop.tasks:app", cwd=DJANGO)

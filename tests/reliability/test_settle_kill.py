@@ -14,8 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from taskq import App, TaskHandle
+from taskq.ports import lease_port
 from taskq.results import fetch, key_for
-from taskq.server import EmbeddedServer, free_port
+from taskq.server import EmbeddedServer
 from tests.apps import reliable
 from tests.conftest import WorkerProcess, wait_until
 from tests.proxy import Proxy
@@ -28,7 +29,7 @@ ACK = b"PUB $JS.ACK."  # an ack (with or without headers: PUB or HPUB)
 async def test_killed_between_the_result_write_and_the_ack_the_record_is_there_or_it_reruns(
     tmp_path: Path,
 ) -> None:
-    port = free_port()
+    port = lease_port()
     store = tmp_path / "store"
     server = EmbeddedServer(port=port, store_dir=store).start()
     link = await Proxy(port).start()

@@ -22,8 +22,9 @@ import psutil
 import pytest
 
 from taskq import App
+from taskq.ports import lease_port
 from taskq.registry import list_workers
-from taskq.server import EmbeddedServer, free_port
+from taskq.server import EmbeddedServer
 from tests.apps import reliable
 from tests.conftest import ROOT, cli_argv, wait_until
 from tests.reliability.ledger import account, runs
@@ -104,7 +105,7 @@ class Fleet:
 @pytest.mark.soak
 @pytest.mark.timeout(3600)
 async def test_a_million_tasks_through_kills_and_restarts(tmp_path: Path) -> None:
-    port = free_port()
+    port = lease_port()
     store = tmp_path / "store"
     server = EmbeddedServer(port=port, store_dir=store).start()
     prefix = f"soak{port}"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,15 +12,10 @@ from pathlib import Path
 import pytest
 
 from taskq import App
+from taskq.ports import lease_port
 from tests.conftest import WorkerProcess, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Cluster:
@@ -30,7 +24,7 @@ class Cluster:
     def __init__(self, folder: Path) -> None:
         pyspark = pytest.importorskip("pyspark")
         self.spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
-        self.port = _free_port()
+        self.port = lease_port()
         self.url = f"spark://127.0.0.1:{self.port}"
         self.folder = folder
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -50,12 +44,12 @@ class Cluster:
     async def start(self) -> None:
         self._start(
             "master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-            "--port", str(self.port), "--webui-port", str(_free_port()),
+            "--port", str(self.port), "--webui-port", str(lease_port()),
         )  # fmt: skip
         await wait_until(lambda: "I have been elected leader" in self.log("master"), 90, 0.5)
         self._start(
             "worker", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-            "--cores", "2", "--memory", "1g", "--webui-port", str(_free_port()), self.url,
+            "--cores", "2", "--memory", "1g", "--webui-port", str(lease_port()), self.url,
         )  # fmt: skip
         await wait_until(lambda: "Registering worker" in self.log("master"), 90, 0.5)
 
