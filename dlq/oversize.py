@@ -13,6 +13,7 @@ import json
 
 from taskq.client import ClientSource
 from taskq.dlq.record import BlobOriginal, DeadLetter, RawOriginal
+from taskq.ids import safe_id
 
 # room for the subject, headers and protocol framing around the record body
 HEADROOM = 1024
@@ -20,7 +21,7 @@ HEADROOM = 1024
 
 def blob_name(record: DeadLetter) -> str:
     """The object-store name of a record's original (unique per task id and original seq)."""
-    return f"dlq.{record.queue}.{record.original_seq}.{record.id}"
+    return f"dlq.{record.queue}.{record.original_seq}.{safe_id(record.id)}"
 
 
 async def fit(source: ClientSource, record: DeadLetter, raw: bytes | None) -> DeadLetter:

@@ -1,6 +1,6 @@
 """Requeue: send dead letters back to a queue, then remove them from the DLQ.
 
-Each record is republished under a deterministic `Nats-Msg-Id` (`<id>.requeue.<dlq seq>`), and
+Each record is republished under a deterministic `Nats-Msg-Id` (`<id>:requeue:<dlq seq>`), and
 deleted from the DLQ only after the server acknowledged the publish. Re-running an
 interrupted requeue therefore never enqueues a task twice (within the queue's dedup window)
 and never loses one.
@@ -17,6 +17,7 @@ from taskq.dlq.oversize import discard_blob, original_bytes
 from taskq.dlq.record import DeadLetter, EnvelopeOriginal
 from taskq.envelope import MSG_ID, TASK_HEADER, now_iso
 from taskq.errors import TaskqError
+from taskq.ids import safe_id
 from taskq.nats import PubAck
 from taskq.topology.names import check_queue
 
@@ -35,7 +36,8 @@ class RequeueResult:
 
 def requeue_id(record: DeadLetter) -> str:
     """The message id of a record's requeue (the same every time it is retried)."""
-    return f"{record.id}.requeue.{record.seq}"
+    # `:` cannot stand in a safe id: no task id a producer picks can equal this one
+    return f"{safe_id(record.id)}:requeue:{record.seq}"
 
 
 async def payload(source: ClientSource, record: DeadLetter) -> bytes:

@@ -7,8 +7,11 @@ from dataclasses import dataclass
 from taskq.client import Client
 from taskq.dlq.oversize import fit
 from taskq.dlq.record import ID_HEADER, QUEUE_HEADER, REASON_HEADER, DeadLetter
+from taskq.errors import ConfigError
+from taskq.ids import safe_id
 from taskq.nats import PubAck
 from taskq.retrying import retry_transient
+from taskq.topology.names import MAX_TASK_NAME, check_task
 
 
 @dataclass(frozen=True)
@@ -31,11 +34,11 @@ async def prepare(
     record = await fit(client, record, raw)
     task_name = task or record.task
     headers = {
-        "Nats-Msg-Id": f"{record.id}.dead.{record.original_seq}",
+        "Nats-Msg-Id": dead_letter_id(record.id, record.original_seq),
         REASON_HEADER: record.reason,
         QUEUE_HEADER: record.queue,
-        ID_HEADER: record.id,
-        "Taskq-Task": task_name,
+        ID_HEADER: safe_id(record.id),
+        "Taskq-Task": _subject_safe(task_name),
     }
     subject = client.names.dlq_subject(record.queue, _subject_safe(task_name))
     return Letter(subject, record.body(), headers)
@@ -56,6 +59,15 @@ async def publish_record(
 
 
 def _subject_safe(task: str) -> str:
-    """A task name usable as subject tokens (undecodable messages may have odd subjects)."""
-    tokens = [t for t in task.split(".") if t and not set(t) & {"*", ">", " "}]
-    return ".".join(tokens) or "_unknown"
+    """A task name usable as subject tokens and a header value: the name itself when it is
+    a valid task name (undecodable messages may carry anything there), else `_invalid`."""
+    try:
+        return check_task(task) if len(task) <= MAX_TASK_NAME else "_invalid"
+    except ConfigError:
+        return "_invalid" if task else "_unknown"
+
+
+def dead_letter_id(task_id: str, original_seq: int) -> str:
+    """A dead letter's message id: the task's safe id, `.dead.`, the original sequence (so
+    the same task dying again after a requeue is a new record)."""
+    return f"{safe_id(task_id)}.dead.{original_seq}"

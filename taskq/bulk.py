@@ -13,6 +13,7 @@ from typing import Any
 from taskq.client import Client, Published
 from taskq.envelope import MSG_ID, TASK_HEADER, Envelope
 from taskq.errors import TaskqError
+from taskq.ids import safe_id
 from taskq.nats import PubAck
 from taskq.retrying import retry_transient
 
@@ -42,7 +43,7 @@ async def publish_many(client: Client, envelopes: list[Envelope]) -> list[Publis
 
 
 def _headers(envelope: Envelope) -> dict[str, str]:
-    return {**envelope.headers, MSG_ID: envelope.id, TASK_HEADER: envelope.task}
+    return {**envelope.headers, MSG_ID: safe_id(envelope.id), TASK_HEADER: envelope.task}
 
 
 async def _publish_chunk(client: Client, chunk: list[Envelope]) -> list[PubAck]:

@@ -15,16 +15,17 @@ from pydantic_core import to_json
 
 from taskq.client import Client, ClientSource
 from taskq.envelope import now_iso
-from taskq.locate import Waiting, find_waiting
+from taskq.ids import safe_id
+from taskq.locate import Waiting, find_scheduled
 from taskq.registry import running_on, worker_name
-from taskq.results import FINAL, ResultRecord, fetch, key_for, store
+from taskq.results import FINAL, ResultRecord, fetch, store
 from taskq.retrying import retry_transient
 from taskq.topology.specs import cancels_bucket
 
 CANCELLED = "cancelled"  # the task will not run (it was waiting): recorded at once
 CANCELLING = "cancelling"  # it is running: its worker stops it and records it
 FINISHED = "finished"  # too late: it already ended (`state` says how)
-UNKNOWN = "unknown"  # no task with this id is waiting, running or recorded
+UNKNOWN = "unknown"  # nothing indexed knows the id (stored anyway: if it waits, it never runs)
 
 
 @dataclass(frozen=True)
@@ -51,22 +52,30 @@ async def ensure_cancels(client: Client) -> None:
 
 
 async def cancel(source: ClientSource, task_id: str) -> CancelReport:
-    """Ask for `task_id` to be cancelled wherever it is; say what was found."""
+    """Ask for `task_id` to be cancelled wherever it is; say what was found.
+
+    Only what the server indexes by id is read (its record, its schedule, the workers'
+    running tasks, the queues' dedup windows): a cost that does not grow with the backlog.
+    A task enqueued before the dedup window with no record yet is not found (UNKNOWN),
+    and the durable request stops it all the same when it is delivered."""
     client = await source.client()
     record = await fetch(client, task_id)
     if record is not None and record.state in FINAL:
         return CancelReport(task_id, FINISHED, record.state, f"already {record.state}")
-    waiting = await find_waiting(client, task_id)
-    if waiting is None and record is None:
-        return CancelReport(
-            task_id, UNKNOWN, "unknown", "no task with this id is waiting, running or recorded"
-        )
+    waiting = await find_scheduled(client, task_id)
     await request(client, task_id)
     worker = await running_on(client, task_id)
     if worker:
         return CancelReport(task_id, CANCELLING, "running", f"running on {worker}: stopping it")
+    if waiting is None and record is None:
+        return CancelReport(
+            task_id,
+            UNKNOWN,
+            "unknown",
+            "no record, schedule, worker or recent enqueue knows it (if it waits, it never runs)",
+        )
     await store(client, task_id, _cancelled(waiting, record))
-    where = waiting.where if waiting is not None else (record.state if record else "queued")
+    where = waiting.where if waiting is not None else record.state if record else "queued"
     return CancelReport(task_id, CANCELLED, where, "it will not run")
 
 
@@ -74,7 +83,7 @@ async def request(client: Client, task_id: str) -> None:
     """Store the durable request every worker sees (idempotent)."""
     await ensure_cancels(client)
     body = to_json({"id": task_id, "requested_at": now_iso(), "by": worker_name()})
-    bucket, key = client.names.cancels_bucket, key_for(task_id)
+    bucket, key = client.names.cancels_bucket, safe_id(task_id)
     await retry_transient(
         lambda: client.connection.kv.put(bucket, key, body), what="cancel request"
     )

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from taskq.envelope import MSG_ID, TASK_HEADER, Envelope
+from taskq.ids import safe_id
 from taskq.nats import Connection
 from taskq.retrying import retry_transient
 from taskq.settings import Settings
@@ -157,7 +158,11 @@ class Client:
     async def publish_placed(self, envelope: Envelope, msg_id: str | None = None) -> Published:
         """Publish an envelope to its `subject`, retrying transient failures (safe: the
         message id makes a repeat a duplicate)."""
-        headers = {**envelope.headers, MSG_ID: msg_id or envelope.id, TASK_HEADER: envelope.task}
+        headers = {
+            **envelope.headers,
+            MSG_ID: safe_id(msg_id or envelope.id),
+            TASK_HEADER: envelope.task,
+        }
         body = envelope.encode()
         ack = await retry_transient(
             lambda: self.connection.publish(envelope.subject, body, headers),

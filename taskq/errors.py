@@ -301,3 +301,15 @@ class StorageFull(BrokerError):
 
 
 QueueFull = StorageFull  # the name users look for around `enqueue`
+
+
+class UnsafeName(TaskqError, ValueError):
+    """A subject or header value taskq was about to send that NATS cannot carry as it is
+    (white space, a wildcard, a line break, too long): refused before it reaches the
+    server, which would close the connection."""
+
+    def __init__(self, what: str, value: str) -> None:
+        self.what = what
+        self.value = value
+        shown = value if len(value) <= 60 else value[:57] + "..."
+        super().__init__(f"refusing to send {what} {shown!r}: not valid on the NATS wire")

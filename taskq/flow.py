@@ -9,9 +9,27 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    TypeAdapter,
+    model_validator,
+)
+
+from taskq.topology.names import check_queue, check_task
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
+MAX_MEMBERS = 100_000  # a group's or chord's members, a chain's steps: bounded work per step
+# Ids a workflow makes (`<flow id>`, `<flow id>.<n>`, `<flow id>.cb`): its bookkeeping keys
+# and subjects are built from them, so a message may carry nothing else there.
+FlowId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+StepId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}\.[a-z0-9]{1,8}$")]
+TaskName = Annotated[str, AfterValidator(check_task)]
+QueueName = Annotated[str, AfterValidator(check_queue)]
+Count = Annotated[int, Field(ge=0, le=MAX_MEMBERS)]
 
 
 class Step(BaseModel):
@@ -19,8 +37,8 @@ class Step(BaseModel):
 
     model_config = _FROZEN
 
-    task: str
-    queue: str
+    task: TaskName
+    queue: QueueName
     args: list[Any] = Field(default_factory=list)
     kwargs: dict[str, Any] = Field(default_factory=dict)
 
@@ -31,10 +49,10 @@ class ChainFlow(BaseModel):
     model_config = _FROZEN
 
     kind: Literal["chain"] = "chain"
-    id: str
-    step: int
-    final: str  # the id of the last step, whose result is the chain's
-    rest: tuple[Step, ...] = ()
+    id: FlowId
+    step: Count
+    final: StepId  # the id of the last step, whose result is the chain's
+    rest: tuple[Step, ...] = Field(default=(), max_length=MAX_MEMBERS)
 
 
 class GroupFlow(BaseModel):
@@ -43,8 +61,8 @@ class GroupFlow(BaseModel):
     model_config = _FROZEN
 
     kind: Literal["group"] = "group"
-    id: str
-    index: int | None = None
+    id: FlowId
+    index: Count | None = None
 
 
 class ChordFlow(BaseModel):
@@ -53,11 +71,17 @@ class ChordFlow(BaseModel):
     model_config = _FROZEN
 
     kind: Literal["chord"] = "chord"
-    id: str
-    size: int
-    final: str  # the callback's id
+    id: FlowId
+    size: Annotated[int, Field(ge=1, le=MAX_MEMBERS)]
+    final: StepId  # the callback's id
     callback: Step
-    index: int | None = None
+    index: Count | None = None
+
+    @model_validator(mode="after")
+    def _member_of_it(self) -> ChordFlow:
+        if self.index is not None and self.index >= self.size:
+            raise ValueError(f"member {self.index} of a chord of {self.size}")
+        return self
 
 
 class CallbackFlow(BaseModel):
@@ -66,7 +90,7 @@ class CallbackFlow(BaseModel):
     model_config = _FROZEN
 
     kind: Literal["callback"] = "callback"
-    id: str
+    id: FlowId
 
 
 Flow = Annotated[ChainFlow | GroupFlow | ChordFlow | CallbackFlow, Field(discriminator="kind")]

@@ -1,28 +1,34 @@
 """Finding a task that has not finished by its id: waiting in a queue, or delayed.
 
 A queued task is a message of its queue's stream until a worker acknowledges it (running
-tasks too); a delayed one is a one-shot schedule named after its id. The server indexes
-neither by id, so a queued task is found by reading the queue streams' messages (a
-one-off, for an operator's question, never on a task's path).
+tasks too); a delayed one is a one-shot schedule named after its id in its queue's timer
+stream, a held one a schedule named after its id and limit there. Schedules are found by
+subject (`find_scheduled`: a direct read per queue). The server indexes queued messages by
+nothing an id names, so a queued task is found by reading the queue streams' messages
+(`find_waiting`: a one-off, for an operator's question, never on a task's path).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from taskq.client import Client
-from taskq.envelope import MSG_ID, Envelope, decode
-from taskq.errors import DecodeError, TaskqError
+from taskq.envelope import MSG_ID, Envelope, decode, parse_time
+from taskq.errors import BrokerError, DecodeError, TransientError
 from taskq.flowcontrol.held import HELD, HELD_ROOT
 from taskq.flowcontrol.keys import token
+from taskq.ids import new_id, safe_id
 from taskq.nats import StoredMessage
-from taskq.schedules import SCHEDULE
+from taskq.schedules import SCHEDULE, delayed_name
 from taskq.topology.partitions import Part, queues_on_server
+
+EXPECTED_LAST_MSG_ID = "Nats-Expected-Last-Msg-Id"
 
 
 @dataclass(frozen=True)
 class Waiting:
-    """Where an unfinished task is: `queued` (or running) or `delayed` (a schedule)."""
+    """Where an unfinished task is: `queued` (or running), `delayed` or `held`."""
 
     where: str
     queue: str
@@ -35,20 +41,58 @@ class Waiting:
 
 async def find_waiting(client: Client, task_id: str) -> Waiting | None:
     """The task's message if it is still waiting, delayed or running; else None."""
-    on_server = await queues_on_server(client.connection, client.names)
-    for queue, parts in on_server.items():
-        for part in parts:
-            found = await _delayed(client, task_id, queue, part) or await _held(
-                client, task_id, queue, part
-            )
-            if found is not None:
-                return found
-    for queue, parts in on_server.items():
+    found = await find_scheduled(client, task_id)
+    if found is not None:
+        return found
+    for queue, parts in (await queues_on_server(client.connection, client.names)).items():
         for part in parts:
             found = await _queued(client, task_id, queue, part)
             if found is not None:
                 return found
     return None
+
+
+async def find_scheduled(client: Client, task_id: str) -> Waiting | None:
+    """The task's schedule if it is delayed or held back by a limit, or its message if it
+    was enqueued within the dedup window and still waits: a few reads per queue stream,
+    whatever the backlog."""
+    on_server = await queues_on_server(client.connection, client.names)
+    for queue in on_server:
+        found = await _delayed(client, task_id, queue) or await _held(client, task_id, queue)
+        if found is not None:
+            return found
+    for queue, parts in on_server.items():
+        for part in parts:
+            found = await _enqueued_lately(client, task_id, queue, part)
+            if found is not None:
+                return found
+    return None
+
+
+async def _enqueued_lately(client: Client, task_id: str, queue: str, part: Part) -> Waiting | None:
+    """The task's message if the stream's dedup window still knows its id. A probe
+    publish with the id asks the server: it answers `duplicate` with the message's
+    sequence if it does, and otherwise refuses it, storing nothing (an expected last
+    message id no stream can have fails after the dedup check)."""
+    names, connection = client.names, client.connection
+    subject = names.queue_subject(queue, "_probe", part)
+    headers = {MSG_ID: safe_id(task_id), EXPECTED_LAST_MSG_ID: f"probe:{new_id()}"}
+    try:
+        ack = await connection.publish(subject, b"", headers)
+    except BrokerError as exc:
+        if isinstance(exc, TransientError):
+            raise
+        return None
+    if not ack.duplicate:  # cannot be: the expectation fails. Never leave it behind
+        await connection.messages.delete(ack.stream, ack.seq)
+        return None
+    stored = await connection.messages.get(ack.stream, ack.seq)
+    if stored is None:  # enqueued lately, and already taken
+        return None
+    envelope = _envelope(stored, queue)
+    return Waiting(
+        "delayed" if _ahead(envelope) else "queued", queue, ack.stream, ack.seq, envelope
+    )
 
 
 async def waiting_with_prefix(client: Client, prefix: str) -> list[Waiting]:
@@ -67,43 +111,24 @@ async def waiting_with_prefix(client: Client, prefix: str) -> list[Waiting]:
     return found
 
 
-async def _delayed(client: Client, task_id: str, queue: str, part: Part) -> Waiting | None:
+async def _delayed(client: Client, task_id: str, queue: str) -> Waiting | None:
     names = client.names
-    stream = names.queue_stream(queue, part)
-    try:
-        stored = await client.connection.messages.last(
-            stream, names.schedule_subject(queue, task_id, part)
-        )
-    except TaskqError:  # an id that cannot be part of a subject is no schedule's name
-        return None
+    stream = names.timer_stream(queue)
+    subject = names.schedule_subject(queue, delayed_name(task_id))
+    stored = await client.connection.messages.last(stream, subject)
     if stored is None:
         return None
-    return Waiting(
-        "delayed",
-        queue,
-        stream,
-        stored.seq,
-        _envelope(stored, queue),
-        stored.headers.get(SCHEDULE, ""),
-    )
+    envelope = _envelope(stored, queue)
+    return Waiting("delayed", queue, stream, stored.seq, envelope, stored.headers.get(SCHEDULE, ""))
 
 
-async def _held(client: Client, task_id: str, queue: str, part: Part) -> Waiting | None:
-    """A task held back by a flow-control limit (its schedule `held.<id>.<limit>`), or a
-    debounced one (its key's schedule holds its id)."""
-    names, messages = client.names, client.connection.messages
-    stream = names.queue_stream(queue, part)
-    subject = names.schedule_subject(queue, f"{HELD_ROOT}.{token(task_id)}.>", part)
-    stored = await messages.last(stream, subject)
+async def _held(client: Client, task_id: str, queue: str) -> Waiting | None:
+    """A task held back by a flow-control limit (its schedule `held.<id>.<limit>`)."""
+    names = client.names
+    stream = names.timer_stream(queue)
+    subject = names.schedule_subject(queue, f"{HELD_ROOT}.{token(task_id)}.>")
+    stored = await client.connection.messages.last(stream, subject)
     if stored is None or stored.headers.get(HELD) is None:
-        async for stored in messages.scan(
-            stream, names.schedule_subject(queue, "debounce.>", part)
-        ):
-            envelope = _envelope(stored, queue)
-            if envelope is not None and envelope.id == task_id:
-                return Waiting(
-                    "delayed", queue, stream, stored.seq, envelope, stored.headers.get(SCHEDULE, "")
-                )
         return None
     envelope = _envelope(stored, queue)
     due = stored.headers.get(SCHEDULE, "")
@@ -115,9 +140,16 @@ async def _queued(client: Client, task_id: str, queue: str, part: Part) -> Waiti
     stream = names.queue_stream(queue, part)
     for where in _task_filters(client, queue, part):
         async for stored in client.connection.messages.scan(stream, where):
-            if stored.headers.get(MSG_ID) == task_id:
-                return Waiting("queued", queue, stream, stored.seq, _envelope(stored, queue))
+            if stored.headers.get(MSG_ID) == safe_id(task_id):
+                envelope = _envelope(stored, queue)
+                where = "delayed" if _ahead(envelope) else "queued"  # not yet a schedule
+                return Waiting(where, queue, stream, stored.seq, envelope)
     return None
+
+
+def _ahead(envelope: Envelope | None) -> bool:
+    eta = envelope.eta if envelope is not None else None
+    return bool(eta) and parse_time(eta) > datetime.now(UTC)  # type: ignore[arg-type]
 
 
 def _task_filters(client: Client, queue: str, part: Part) -> list[str]:

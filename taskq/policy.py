@@ -87,9 +87,10 @@ class Cancel:
 
 @dataclass(frozen=True)
 class Hold:
-    """Held back by a flow-control limit (never from `decide`): the message is stored again
-    as a schedule due at `until` (epoch seconds) on its limit's `group`, carrying its spent
-    attempts, and then acknowledged: no attempt is spent, nothing counts toward MaxDeliver
+    """Held back by a flow-control limit, or until its `eta` (never from `decide`): the
+    message is stored again as a schedule due at `until` (epoch seconds) on its limit's
+    `group` ("": a delayed task's own schedule), carrying its spent attempts, and then
+    acknowledged: no attempt is spent, nothing counts toward MaxDeliver
     (taskq.flowcontrol.held). `done`: an earlier delivery already stored it; only ack."""
 
     limit: str  # which limit, for people

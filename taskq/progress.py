@@ -19,7 +19,8 @@ from pydantic_core import to_json
 
 from taskq.client import Client, ClientSource
 from taskq.errors import ValidationError as TaskqValidationError
-from taskq.results import FINAL, ResultRecord, fetch, key_for, key_updates
+from taskq.ids import safe_id
+from taskq.results import FINAL, ResultRecord, fetch, key_updates
 from taskq.retrying import retry_transient
 from taskq.topology.specs import progress_bucket
 
@@ -61,7 +62,7 @@ async def ensure_progress(client: Client) -> None:
 async def write(client: Client, task_id: str, progress: Progress) -> None:
     """Store a task's latest progress (acknowledged)."""
     body = progress.model_dump_json().encode()
-    bucket, key = client.names.progress_bucket, key_for(task_id)
+    bucket, key = client.names.progress_bucket, safe_id(task_id)
     await retry_transient(lambda: client.connection.kv.put(bucket, key, body), what="progress")
 
 
@@ -69,7 +70,7 @@ async def latest(source: ClientSource, task_id: str) -> Progress | None:
     """The task's latest progress report (None: it reported none)."""
     client = await source.client()
     await ensure_progress(client)
-    found = await client.connection.kv.get(client.names.progress_bucket, key_for(task_id))
+    found = await client.connection.kv.get(client.names.progress_bucket, safe_id(task_id))
     return _parse(found[0]) if found else None
 
 
@@ -80,7 +81,7 @@ async def watch(
     client = await source.client()
     await ensure_progress(client)
     bucket = client.names.progress_bucket
-    async with key_updates(client, bucket, key_for(task_id)) as updates:
+    async with key_updates(client, bucket, safe_id(task_id)) as updates:
         seen = await latest(client, task_id)
         if seen is not None:
             yield seen

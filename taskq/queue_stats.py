@@ -57,6 +57,9 @@ async def queue_stats(
     for part in parts or [None]:
         with contextlib.suppress(NotFound):  # a stream removed meanwhile counts as empty
             _add(total, await _stream_stats(client, queue, part))
+    with contextlib.suppress(NotFound):  # no timer stream: no worker set the queue up yet
+        total.held_by = await _held(client, queue)
+        total.held = sum(total.held_by.values())
     total.partitions = max(1, len(parts))
     end = ends(total._pause_end)
     total.paused_until = None if end is None else format_time(end)
@@ -68,24 +71,33 @@ async def _stream_stats(client: Client, queue: str, part: Part) -> QueueStats:
     streams, names = client.connection.streams, client.names
     stream = names.queue_stream(queue, part)
     # one look at every subject of the stream: its tasks (queue, lanes, priority levels)
-    # and its held tasks (schedules of the flow-control limits holding them)
     state = await streams.state(stream, subjects_filter=">")
     per_task: Counter[str] = Counter()
-    held: Counter[str] = Counter()
     tasks = 0
     for subject, count in state.subjects.items():
         parsed = names.parse_queue_subject(subject)
         if parsed is not None:
             per_task[parsed[1]] += count
             tasks += count
-        elif (limit := held_limit(names.schedule_subject(queue, "", part), subject)) is not None:
-            held[limit] += count
     stats = QueueStats(queue, tasks, 0, 0, 0, state.consumers, 0, per_task=dict(per_task))
     await _consumers(client, stream, queue, stats)
-    stats.held, stats.held_by = sum(held.values()), dict(held)
     stats.bytes = state.bytes
     stats._last_seq, stats._messages = state.last_seq, state.messages
     return stats
+
+
+async def _held(client: Client, queue: str) -> dict[str, int]:
+    """The queue's held tasks per limit holding them (its timer stream's held schedules)."""
+    names = client.names
+    root = names.schedule_subject(queue, "")
+    state = await client.connection.streams.state(
+        names.timer_stream(queue), subjects_filter=names.schedule_filter(queue)
+    )
+    held: Counter[str] = Counter()
+    for subject, count in state.subjects.items():
+        if (limit := held_limit(root, subject)) is not None:
+            held[limit] += count
+    return dict(held)
 
 
 async def _consumers(client: Client, stream: str, queue: str, stats: QueueStats) -> None:
@@ -119,10 +131,7 @@ def _add(total: QueueStats, part: QueueStats) -> None:
     total.in_flight += part.in_flight
     total.redelivered += part.redelivered
     total.pulls_waiting += part.pulls_waiting
-    total.held += part.held
     total.bytes += part.bytes
-    for limit, count in part.held_by.items():
-        total.held_by[limit] = total.held_by.get(limit, 0) + count
     total.consumers = max(total.consumers, part.consumers)  # one shared durable per stream
     # sequences of different streams do not compare, but their sum grows by what was added
     total._last_seq += part._last_seq

@@ -55,7 +55,7 @@ class WorkerRecord(BaseModel):
 
     @property
     def key(self) -> str:
-        return key_for(self.id)
+        return worker_key(self.id)
 
     def uptime(self, now: datetime | None = None) -> float:
         return _age(self.started_at, now)
@@ -64,7 +64,7 @@ class WorkerRecord(BaseModel):
         return _age(self.heartbeat_at, now)
 
 
-def key_for(worker_id: str) -> str:
+def worker_key(worker_id: str) -> str:
     """A KV key for a worker id (`host:pid` holds a colon, which keys may not)."""
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in worker_id)
 

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
-import re
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -26,13 +24,13 @@ from pydantic_core import to_json
 from taskq.client import Client, ClientSource
 from taskq.envelope import now_iso
 from taskq.errors import ResultTimeout, StorageFull, TaskCancelled, TaskDropped, TaskFailed
+from taskq.ids import safe_id
 from taskq.retrying import patiently, retry_transient
 from taskq.topology.specs import results_bucket
 
 log = logging.getLogger("taskq")
 
 FINAL = ("succeeded", "dead", "cancelled", "dropped")  # dropped: by a throttle window
-_KEY_OK = re.compile(r"^[-/_=.a-zA-Z0-9]+$")
 
 
 class ResultRecord(BaseModel):
@@ -77,13 +75,6 @@ class ResultRecord(BaseModel):
 _FIELDS = tuple(ResultRecord.model_fields)
 
 
-def key_for(task_id: str) -> str:
-    """A valid KV key for any task id (idempotency keys may hold any character)."""
-    if _KEY_OK.match(task_id) and not task_id.startswith(".") and not task_id.endswith("."):
-        return task_id
-    return "h." + hashlib.sha256(task_id.encode()).hexdigest()
-
-
 async def ensure_results(client: Client) -> None:
     spec = results_bucket(client.names, client.settings)
     await retry_transient(lambda: client.connection.kv.ensure(spec), what="results bucket set-up")
@@ -109,7 +100,7 @@ async def store(client: Client, task_id: str, record: ResultRecord) -> None:
 async def store_encoded(client: Client, task_id: str, body: bytes) -> None:
     """Write a record already `encoded` (acknowledged by the server, retried while transient);
     a record refused by a full store is skipped with a warning."""
-    bucket, key = client.names.results_bucket, key_for(task_id)
+    bucket, key = client.names.results_bucket, safe_id(task_id)
     try:
         await retry_transient(
             lambda: client.connection.kv.put(bucket, key, body), what="result write"
@@ -124,14 +115,14 @@ async def fetch(source: ClientSource, task_id: str) -> ResultRecord | None:
     """The task's record as it stands (None: no record yet)."""
     client = await source.client()
     await ensure_results(client)
-    return await _read(client, key_for(task_id))
+    return await _read(client, safe_id(task_id))
 
 
 async def wait(source: ClientSource, task_id: str, timeout: float | None) -> ResultRecord:
     """The task's final record (succeeded or dead), waiting up to `timeout` seconds."""
     client = await source.client()
     await ensure_results(client)
-    key = key_for(task_id)
+    key = safe_id(task_id)
     async with key_updates(client, client.names.results_bucket, key) as updates:
         return await _final(client, key, task_id, updates, timeout)
 

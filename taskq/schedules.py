@@ -1,11 +1,17 @@
 """Server-side schedules (ADR-51 message schedules): delayed tasks and periodic tasks.
 
-No beat process: a schedule is a message on `<prefix>.s.<queue>.<name>` in the queue's own
-stream (`<prefix>.ps.<queue>.<partition>.<name>` in one partition's stream), carrying
-`Nats-Schedule` (`@at <time>`, `@every 5s`, or a 6-field cron with seconds) and
-`Nats-Schedule-Target` (the task subject, in the same stream). The server publishes the body
-to the target when due; a schedule subject holds one schedule, so publishing again replaces
-it, and purging the subject cancels it. Needs nats-server 2.12 or later.
+No beat process: a schedule is a message on `<prefix>.s.<queue>.<name>` in the queue's timer
+stream `<PREFIX>_T_<QUEUE>`, carrying `Nats-Schedule` (`@at <time>`, `@every 5s`, or a
+6-field cron with seconds) and `Nats-Schedule-Target` (the fired form of the task's queue
+subject, in the same stream: `taskq.topology.names`). The server publishes the body to the
+target when due, and a worker moves it into the queue (`taskq.workers.timers`). A schedule
+subject holds one schedule, so publishing again replaces it, and purging the subject cancels
+it. Names: `task.<safe id>` (a delayed task), `periodic.<task>`, `held.…` (flow control).
+
+Only workers write schedules: a producer's delayed task is an ordinary message with its
+`eta`, which the first worker to see it turns into a schedule (docs/security.md: the server
+lets a publish into a stream with schedules purge it, so producers get no such stream).
+Needs nats-server 2.12 or later.
 """
 
 from __future__ import annotations
@@ -18,19 +24,24 @@ from typing import Any
 
 from pydantic_core import to_json
 
-from taskq.client import Client, ClientSource, Published
+from taskq.client import Client, ClientSource
 from taskq.cron import next_fire
-from taskq.envelope import MSG_ID, TASK_HEADER, Envelope, format_time
-from taskq.errors import BrokerError, ConfigError
+from taskq.envelope import TASK_HEADER, format_time
+from taskq.errors import BrokerError, ConfigError, NotFound
+from taskq.ids import safe_id
 from taskq.nats import Connection, PubAck
 from taskq.retrying import retry_transient
-from taskq.topology.partitions import Part, parts_on_server, queues_on_server
+from taskq.topology.names import check_queue
+from taskq.topology.partitions import queues_on_server
 
 SCHEDULE = "Nats-Schedule"
 TARGET = "Nats-Schedule-Target"
 PERIODIC = "periodic"  # schedule-name prefix of periodic tasks: <prefix>.s.<queue>.periodic.<task>
+DELAYED = "task"  # of a delayed task's own schedule: <prefix>.s.<queue>.task.<safe id>
+_ROOTS = (PERIODIC, DELAYED, "held")
 MIN_SERVER = "2.12"
 _EVERY = re.compile(r"^@every (\d+)(s|m|h)$")
+_SCHEDULE_NAME = re.compile(r"[A-Za-z0-9_~=/-]+(?:\.[A-Za-z0-9_~=/-]+){0,8}")
 
 
 @dataclass(frozen=True)
@@ -85,28 +96,10 @@ def due_time(countdown: float | None, eta: datetime | None) -> datetime | None:
     return None
 
 
-async def publish_delayed(
-    client: Client, envelope: Envelope, due: datetime, part: Part
-) -> Published:
-    """Store a one-shot schedule that publishes the placed `envelope` to its subject at
-    `due` (a schedule's target must be in its own stream: the partition `part`)."""
-    headers = {
-        **envelope.headers,
-        SCHEDULE: at_expression(due),
-        TARGET: envelope.subject,
-        MSG_ID: f"{envelope.id}.schedule",
-        TASK_HEADER: envelope.task,
-    }
-    subject = client.names.schedule_subject(envelope.queue, envelope.id, part)
-    body = envelope.encode()
-    ack = await retry_transient(lambda: _publish(client.connection, subject, body, headers))
-    return Published(envelope.id, envelope.task, envelope.queue, ack.seq, ack.duplicate)
-
-
 async def register(client: Client, periodic: Periodic) -> None:
     """Create or replace one periodic schedule (idempotent: same subject, one schedule).
 
-    On a partitioned queue the schedule's name picks its partition, so it stays put."""
+    On a partitioned queue the schedule's name picks the partition its runs go to."""
     body = to_json(
         {
             "task": periodic.task,
@@ -119,32 +112,26 @@ async def register(client: Client, periodic: Periodic) -> None:
     part = await client.place(periodic.queue, periodic.name)
     headers = {
         SCHEDULE: periodic.expression,
-        TARGET: names.queue_subject(periodic.queue, periodic.task, part),
+        TARGET: names.fired_subject(names.queue_subject(periodic.queue, periodic.task, part)),
         TASK_HEADER: periodic.task,
     }
-    subject = names.schedule_subject(periodic.queue, periodic.name, part)
-    current = await connection.messages.last(names.queue_stream(periodic.queue, part), subject)
+    subject = names.schedule_subject(periodic.queue, periodic.name)
+    current = await connection.messages.last(names.timer_stream(periodic.queue), subject)
     unchanged = (
         current is not None
         and current.headers.get(SCHEDULE) == periodic.expression
+        and current.headers.get(TARGET) == headers[TARGET]
         and current.data == body
     )
     if not unchanged:  # re-publishing an unchanged one would restart an interval's clock
         await retry_transient(lambda: _publish(connection, subject, body, headers))
-    # after a queue's layout changed, the old stream's copy would fire as well
-    on_server = await parts_on_server(connection, names, periodic.queue)
-    await _purge(client, periodic.queue, periodic.name, [p for p in on_server if p != part])
 
 
-async def _purge(client: Client, queue: str, name: str, parts: list[Part]) -> int:
-    """Purge the schedule `name` from these streams of `queue`; how many were removed."""
-    purged = 0
-    for part in parts:
-        purged += await client.connection.messages.purge(
-            client.names.queue_stream(queue, part),
-            subject=client.names.schedule_subject(queue, name, part),
-        )
-    return purged
+async def _purge(client: Client, queue: str, name: str) -> int:
+    """Purge the schedule `name` of `queue`; how many were removed (0 or 1)."""
+    return await client.connection.messages.purge(
+        client.names.timer_stream(queue), subject=client.names.schedule_subject(queue, name)
+    )
 
 
 async def _publish(
@@ -179,25 +166,23 @@ class ScheduleInfo:
 async def list_schedules(
     source: ClientSource, queues: list[str] | None = None
 ) -> list[ScheduleInfo]:
-    """Schedules stored in the given queues' streams (every partition's); no queues: in
-    every queue on the server."""
+    """Schedules stored in the given queues' timer streams; no queues: every queue's."""
     client = await source.client()
-    # one listing for all the queues
     on_server = await queues_on_server(client.connection, client.names)
     found: list[ScheduleInfo] = []
     for queue in queues or list(on_server):
-        for part in on_server.get(queue, []):
-            found += await _schedules_in(client, queue, part)
+        found += await _schedules_in(client, queue)
     return found
 
 
-async def _schedules_in(client: Client, queue: str, part: Part) -> list[ScheduleInfo]:
+async def _schedules_in(client: Client, queue: str) -> list[ScheduleInfo]:
     names, connection = client.names, client.connection
-    stream = names.queue_stream(queue, part)
-    prefix = names.schedule_subject(queue, "", part)
-    state = await connection.streams.state(
-        stream, subjects_filter=names.schedule_filter(queue, part)
-    )
+    stream = names.timer_stream(queue)
+    prefix = names.schedule_subject(queue, "")
+    try:
+        state = await connection.streams.state(stream, subjects_filter=names.schedule_filter(queue))
+    except NotFound:
+        return []  # no timers yet: no worker has set the queue up
     found = []
     for subject in sorted(state.subjects):
         stored = await connection.messages.last(stream, subject)
@@ -208,7 +193,7 @@ async def _schedules_in(client: Client, queue: str, part: Part) -> list[Schedule
                     queue,
                     subject[len(prefix) :],
                     expression,
-                    stored.headers.get(TARGET, "?"),
+                    names.unfired(stored.headers.get(TARGET, "")) or "?",
                     stored.seq,
                     format_time(stored.time) if stored.time else None,
                     _next_run(expression, stored.time),
@@ -226,9 +211,26 @@ def _next_run(expression: str, stored_at: datetime | None) -> str | None:
     return format_time(moment) if moment is not None else None
 
 
+def delayed_name(task_id: str) -> str:
+    """The schedule name of a delayed task (an `eta`): `task.<safe id>`."""
+    return f"{DELAYED}.{safe_id(task_id)}"
+
+
 async def remove(source: ClientSource, queue: str, name: str) -> bool:
-    """Cancel a schedule by purging its subject (in whichever partition holds it); False
-    if there was none."""
+    """Cancel a schedule by purging its subject (`name` as listed, or a delayed task's
+    id); False if there was none."""
     client = await source.client()
-    parts = await parts_on_server(client.connection, client.names, queue)
-    return await _purge(client, queue, name, parts) > 0
+    if name.split(".", 1)[0] not in _ROOTS:
+        name = delayed_name(name)
+    try:
+        return await _purge(client, check_queue(queue), check_schedule_name(name)) > 0
+    except NotFound:
+        return False
+
+
+def check_schedule_name(name: str) -> str:
+    """A schedule name as `taskq schedules rm` takes it: whole subject tokens, no wildcard
+    (`rm '>'` must not purge every schedule), else ConfigError."""
+    if not _SCHEDULE_NAME.fullmatch(name):
+        raise ConfigError(f"invalid schedule name {name[:80]!r}: see `taskq schedules ls`")
+    return name

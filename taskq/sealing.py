@@ -133,6 +133,8 @@ def sealed_subjects(prefix: str) -> tuple[str, ...]:
     rate counters must stay the server's own format."""
     up = prefix.upper()
     # tasks, schedules, concurrency lanes, priority levels, their partitioned forms
-    kinds = ("q", "s", "c", "r", "p", "ps", "pc", "pr", "dlq")
+    kinds: tuple[str, ...] = ("q", "s", "c", "r", "p", "pc", "pr", "dlq")
     buckets = ("RESULTS", "FLOWS", "PROGRESS")
+    # plus the timers (schedules, fired tasks) and a debounced burst's last call
+    kinds += ("f", "limit.debounce")
     return tuple(f"{prefix}.{k}." for k in kinds) + tuple(f"$KV.{up}_{b}." for b in buckets)

@@ -15,10 +15,11 @@ from typing import Any
 
 from taskq.client import Client, ClientSource
 from taskq.envelope import MSG_ID
+from taskq.ids import safe_id
 from taskq.locate import Waiting, find_waiting
 from taskq.progress import Progress, latest
 from taskq.registry import running_on
-from taskq.results import FINAL, ResultRecord, ensure_results, key_for
+from taskq.results import FINAL, ResultRecord, ensure_results
 
 
 @dataclass
@@ -88,7 +89,7 @@ async def story(source: ClientSource, task_id: str) -> TaskStory | None:
 
 
 async def _records(client: Client, task_id: str) -> list[ResultRecord]:
-    history = await client.connection.kv.history(client.names.results_bucket, key_for(task_id))
+    history = await client.connection.kv.history(client.names.results_bucket, safe_id(task_id))
     found = []
     for entry in history:
         if not entry.deleted:
@@ -145,7 +146,7 @@ def _from_waiting(told: TaskStory, waiting: Waiting) -> None:
 async def _dead_letter(client: Client, told: TaskStory) -> dict[str, Any] | None:
     names = client.names
     subject = names.dlq_filter_for(told.queue or None, told.task or None)
-    wanted = f"{told.id}.dead."
+    wanted = f"{safe_id(told.id)}.dead."
     async for stored in client.connection.messages.read(names.dlq_stream, subject):
         if stored.headers.get(MSG_ID, "").startswith(wanted):
             letter: dict[str, Any] = json.loads(stored.data)

@@ -23,11 +23,11 @@ from taskq.flowcontrol import gates
 from taskq.flowcontrol.gates import Gate
 from taskq.flowcontrol.options import DEFAULT_PRIORITY, KeySource, check_priority, flow_limits
 from taskq.handle import TaskHandle
-from taskq.ids import new_id
+from taskq.ids import check_key, new_id
 from taskq.middleware import Chain
 from taskq.policy import RetryPolicy
 from taskq.portal import Portal
-from taskq.schedules import due_time, publish_delayed
+from taskq.schedules import due_time
 from taskq.topology.names import check_queue
 
 P = ParamSpec("P")
@@ -63,6 +63,10 @@ class CallOptions:
     priority: int | None = None  # 0-9, higher first (None: the task's own)
 
     def __post_init__(self) -> None:
+        if self.key is not None:
+            check_key(self.key)
+        if self.partition_key is not None:
+            check_key(self.partition_key, "partition_key")
         if self.priority is not None:
             check_priority("(call)", self.priority)
         gate = self.gate  # validates (ConfigError)
@@ -182,6 +186,7 @@ class Task(Generic[P, R]):
             kwargs=wire_kwargs,
             enqueued_at=now_iso(),
             expires_at=_expires_at(opts.expires),
+            eta=_eta(opts.countdown, opts.eta),
             meta=dict(opts.meta),
         )
 
@@ -192,21 +197,18 @@ class Task(Generic[P, R]):
         *,
         key: str | None = None,
         fresh: bool = False,
-        due: datetime | None = None,
         priority: int | None = None,
     ) -> TaskHandle:
-        """Place `envelope` in `queue`, run the enqueue middleware, publish it (as a schedule
-        when `due`). A partition is picked by `key`, else the id (`fresh`: round robin);
-        `priority` (None: the task's) picks the level's subject."""
+        """Place `envelope` in `queue`, run the enqueue middleware, publish it. A partition
+        is picked by `key`, else the id (`fresh`: round robin); `priority` (None: the
+        task's) picks the level's subject. A future `eta` in the envelope makes the first
+        worker to see it store it as a schedule (taskq.schedules)."""
         client = await self.app.client()
         part = await client.place_message(queue, envelope.id, key, fresh)
         sent: list[Published] = []
 
         async def publish(final: Envelope) -> None:
-            if due is None:
-                sent.append(await client.publish_placed(final))
-            else:
-                sent.append(await publish_delayed(client, final, due, part))
+            sent.append(await client.publish_placed(final))
 
         placed = client.placed(envelope, queue, part, self.lane, self.level(priority))
         await self.app.middleware.enqueue(placed, publish)
@@ -229,16 +231,10 @@ class TaskCall:
             return await self._gated(args, kwargs)
         envelope = self.task.build_envelope(args, kwargs, opts)
         queue = check_queue(opts.queue or self.task.queue)
-        due = due_time(opts.countdown, opts.eta)
-        if due is not None and due > datetime.now(UTC):
-            # a server-side one-shot schedule: no beat process, survives every restart
-            envelope = replace(envelope, eta=format_time(due))
-        else:
-            due = None
         # no key: the id is fresh, so round robin is safe (a retried publish keeps its subject)
         key = opts.partition_key or opts.key
         return await self.task.send(
-            envelope, queue, key=key, fresh=key is None, due=due, priority=opts.priority
+            envelope, queue, key=key, fresh=key is None, priority=opts.priority
         )
 
     async def _gated(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> TaskHandle:
@@ -257,16 +253,11 @@ class TaskCall:
                 task.lane,
                 task.level(opts.priority),
             )
-        due = due_time(opts.countdown, opts.eta)
-        due = due if due is not None and due > datetime.now(UTC) else None
 
         async def send(final: Envelope) -> TaskHandle:
             # placed by its id (or partition key), never round robin: a second publish of
             # the same id must meet the first in its stream's dedup window
-            sent = replace(final, eta=format_time(due)) if due is not None else final
-            return await task.send(
-                sent, queue, key=opts.partition_key, due=due, priority=opts.priority
-            )
+            return await task.send(final, queue, key=opts.partition_key, priority=opts.priority)
 
         if gate.unique_for is not None:
             return await gates.unique(task.app, envelope, queue, gate, send)
@@ -339,3 +330,9 @@ def _expires_at(expires: float | timedelta | datetime | None) -> str | None:
         return format_time(expires)
     seconds = expires.total_seconds() if isinstance(expires, timedelta) else float(expires)
     return format_time(datetime.now(UTC) + timedelta(seconds=seconds))
+
+
+def _eta(countdown: float | None, eta: datetime | None) -> str | None:
+    """The envelope's `eta`: when a delayed call is due (None: now, or already past)."""
+    due = due_time(countdown, eta)
+    return format_time(due) if due is not None and due > datetime.now(UTC) else None

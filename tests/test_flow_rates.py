@@ -55,8 +55,8 @@ async def test_a_rate_limit_per_key_counts_each_key_on_its_own(app: App) -> None
         per_second = Counter(int(at) for at in mine)
         assert max(per_second.values()) <= 5 and len(per_second) >= 2  # 10 at 5/s
     # both keys ran in the first window: one key's backlog does not hold up the other
-    first = min(at for _, at in starts)
-    assert {who for who, at in starts if at - first < 0.5} == {"a", "b"}
+    # (held behind a's 10, b would start only after them)
+    assert {who for who, _ in sorted(starts, key=lambda s: s[1])[:6]} == {"a", "b"}
 
 
 async def test_rate_options_are_checked(app: App) -> None:

@@ -27,7 +27,11 @@ def test_partition_names_and_parsing() -> None:
     names = Names("tq")
     assert names.queue_stream("mail", 2) == "TQ_Q_MAIL_P2"
     assert names.queue_subject("mail", "send.now", 2) == "tq.p.mail.2.send.now"
-    assert names.schedule_subject("mail", "nightly", 0) == "tq.ps.mail.0.nightly"
+    # schedules are per queue, in its timer stream; a fired task names its partition
+    assert names.schedule_subject("mail", "periodic.nightly") == "tq.s.mail.periodic.nightly"
+    assert names.timer_stream("mail") == "TQ_T_MAIL"
+    fired = names.fired_subject("tq.p.mail.2.send.now")
+    assert fired == "tq.f.mail.p.2.send.now" and names.unfired(fired) == "tq.p.mail.2.send.now"
     assert names.parse_queue_subject("tq.p.mail.2.send.now") == ("mail", "send.now")
     assert names.parse_queue_subject("tq.q.mail.send") == ("mail", "send")
     assert names.parse_queue_subject("tq.p.mail.x.send") is None

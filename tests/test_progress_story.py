@@ -59,7 +59,9 @@ async def test_progress_in_a_tight_loop_is_cheap_and_the_last_value_wins(app: Ap
     async with running_worker(app):
         handle = await tight.enqueue(20_000)
         took = await handle.result(timeout=30)
-    assert took < 2.0, f"20,000 progress calls took {took:.2f}s"
+    # a round trip per call would take far longer; coalesced, it is a fraction of a second
+    # (a figure for bench/, not a bound: 10 s leaves a busy machine room)
+    assert took < 10.0, f"20,000 progress calls took {took:.2f}s"
     latest = await handle.progress()
     assert latest is not None and latest.value == {"done": 20_000, "of": 20_000}
 

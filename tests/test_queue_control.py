@@ -18,6 +18,7 @@ from taskq import App
 from taskq.errors import UnknownQueue
 from taskq.queue_control import FOREVER
 from taskq.queue_stats import queue_stats
+from taskq.schedules import list_schedules
 from tests.conftest import ROOT, cli_argv, run_cli, running_worker, wait_until
 
 QUIET = 1.0  # how long "nothing is delivered" is watched: several fetch cycles of 0.2 s
@@ -151,9 +152,12 @@ async def test_a_partitioned_queue_pauses_and_purges_as_one(
     @app.task(queue="work")
     async def b(n: int) -> None: ...
 
+    # a delayed task, which a worker keeps as a schedule: purges leave it
+    await b.options(countdown=3600).enqueue(99)
+    async with running_worker(app, queues=["work"]):
+        await wait_until(lambda: list_schedules(app, ["work"]), timeout=20)
     await a.enqueue_many(range(7))
     await b.enqueue_many(range(5))
-    await b.options(countdown=3600).enqueue(99)  # a schedule: purges leave it
     state = await app.pause_queue("work", until=datetime.now(UTC) + timedelta(minutes=5))
     assert state.paused and state.streams == 3
     client = await app.client()

@@ -19,7 +19,7 @@ from taskq.server import EmbeddedServer
 from taskq.testing import DrainTimeout, configure, worker
 from taskq.testing.environment import activated
 from tests.apps import shop
-from tests.conftest import ROOT
+from tests.conftest import ROOT, wait_until
 
 
 async def test_worker_points_the_app_at_the_test_server_and_drains(
@@ -37,7 +37,9 @@ async def test_worker_points_the_app_at_the_test_server_and_drains(
         retried = await shop.flaky.enqueue()
         refused = await shop.refund.enqueue("o-7")
         flow = await chain(shop.add.s(2, 3), shop.mul.s(10)).enqueue()
-        later = await shop.add.options(countdown=0.5).enqueue(20, 22)
+        later = await shop.add.options(countdown=1.5).enqueue(20, 22)
+        # the worker keeps it as a schedule until it is due
+        await wait_until(lambda: list_schedules(shop.app), timeout=20)
         [schedule] = await list_schedules(shop.app)
         due = parse_time(schedule.expression.removeprefix("@at "))
         await asyncio.sleep(max(0.0, (due - datetime.now(UTC)).total_seconds()))

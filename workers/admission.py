@@ -45,7 +45,6 @@ from taskq.flowcontrol.store import ensure_limits, ensure_rates
 from taskq.ids import new_id
 from taskq.policy import Hold
 from taskq.task import Task
-from taskq.topology.partitions import Part
 from taskq.workers.job import Job
 
 log = logging.getLogger("taskq.worker")
@@ -68,17 +67,17 @@ class Admission:
 
     def __init__(self, client: Client) -> None:
         self.client = client
-        self.parts: dict[str, list[Part]] = {}  # queue -> its streams, to wake held tasks
-        self._holders: dict[tuple[str, Part], Holder] = {}
+        self._holders: dict[str, Holder] = {}
         self._permits: dict[int, Permit] = {}
         self._ticker: asyncio.Task[None] | None = None
         self._full: dict[str, float] = {}  # per-key limit -> when this worker saw it full
         self._rechecks: dict[str, asyncio.Task[None]] = {}
 
-    def holder(self, queue: str, part: Part) -> Holder:
-        found = self._holders.get((queue, part))
+    def holder(self, queue: str) -> Holder:
+        """The held schedules of `queue` (in its timer stream)."""
+        found = self._holders.get(queue)
         if found is None:
-            found = self._holders[(queue, part)] = Holder(self.client, queue, part)
+            found = self._holders[queue] = Holder(self.client, queue)
         return found
 
     async def admit(
@@ -87,7 +86,7 @@ class Admission:
         """None when the task may run now (its slots taken), else how it is held."""
         flow, envelope = task.flow, job.envelope
         assert flow is not None and envelope is not None
-        holder = self.holder(job.queue, job.setup.partition)
+        holder = self.holder(job.queue)
         park = job.delivery.header(PARK)
         if park and not await claim(self.client, job.delivery, park, task.name):
             return Hold("another copy of this parked task ran", done=True)
@@ -173,8 +172,10 @@ class Admission:
         """Store the held copy of `job`'s delivery (the settler acknowledges it next)."""
         d, envelope = job.delivery, job.envelope
         assert envelope is not None
-        holder = self.holder(job.queue, job.setup.partition)
-        headers = {SPENT: str(job.attempt - 1), HELD: hold.limit}
+        holder = self.holder(job.queue)
+        headers = {SPENT: str(job.attempt - 1)}
+        if hold.group:  # a limit holds it (no group: a delayed task waiting for its eta)
+            headers[HELD] = hold.limit
         if hold.ticket:
             headers[TICKET] = hold.ticket
         if job.parked is not None:  # parked for a slot: woken by a copy (held.Holder.wake)
@@ -217,9 +218,7 @@ class Admission:
             log.warning("releasing a concurrency slot of %s failed: %s", permit.task_id, exc)
 
     async def _wake(self, queue: str, limit: str, note: dict[str, str] | None = None) -> None:
-        for part in self.parts.get(queue) or [None]:
-            if await self.holder(queue, part).wake(limit, note):
-                return
+        await self.holder(queue).wake(limit, note)
 
     def _start_ticker(self) -> None:
         if self._ticker is None or self._ticker.done():

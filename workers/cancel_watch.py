@@ -11,8 +11,8 @@ from collections.abc import Awaitable, Callable
 
 from taskq.cancels import ensure_cancels
 from taskq.client import Client
+from taskq.ids import safe_id
 from taskq.nats import KVEntry
-from taskq.results import key_for
 
 
 class CancelWatch:
@@ -29,7 +29,7 @@ class CancelWatch:
         self._stop = await client.connection.kv.follow(client.names.cancels_bucket, self._seen)
 
     def requested(self, task_id: str) -> bool:
-        return bool(self._keys) and key_for(task_id) in self._keys
+        return bool(self._keys) and safe_id(task_id) in self._keys
 
     def _seen(self, entry: KVEntry) -> None:
         if entry.deleted:

@@ -16,12 +16,14 @@ from typing import Any
 
 from taskq.app import App
 from taskq.context import Reporter, TaskContext
-from taskq.envelope import MSG_ID, Envelope, decode
+from taskq.envelope import MSG_ID, Envelope, decode, parse_time
 from taskq.errors import ArgumentsError, DecodeError, TaskCancelled, UnknownTaskError
-from taskq.flowcontrol.held import spent
+from taskq.flowcontrol.debounce import BURST, judge_wake_up
+from taskq.flowcontrol.held import FIRED, spent
+from taskq.ids import safe_id
 from taskq.nats import Delivery
-from taskq.policy import Cancel, Dead, Decision, Failure, Outcome, decide
-from taskq.results import key_for
+from taskq.policy import Cancel, Dead, Decision, Failure, Hold, Outcome, decide
+from taskq.results import fetch
 from taskq.sealing import PLAINTEXT_REFUSED
 from taskq.task import Task
 from taskq.workers.admission import Admission
@@ -31,6 +33,8 @@ from taskq.workers.job import Job as Job  # re-exported: Job used to live here
 from taskq.workers.lease import Leases
 from taskq.workers.pool import ProcessPool
 from taskq.workers.spark_jobs import LendSlot, SparkExecutor
+
+EARLY = 0.5  # a task due within this many seconds runs now (schedules fire on whole seconds)
 
 
 @dataclass
@@ -60,25 +64,13 @@ class Judge:
 
     async def judge(self, job: Job) -> tuple[Decision, Outcome | None]:
         """Decode, look up, check, run: the verdict for this delivery."""
-        d = job.delivery
+        early = await self._before_running(job)
+        if early is not None:
+            return early
+        task, envelope = job.task, job.envelope
+        assert task is not None and envelope is not None
         try:
-            job.envelope = self._decode(d, job.queue)
-        except DecodeError as exc:
-            return Dead("undecodable", exc.reason), Failure(exc)
-        if self.cancels is not None and self.cancels.requested(job.envelope.id):
-            job.task = self.app.tasks.get(job.envelope.task)
-            return Cancel(), Failure(TaskCancelled(job.envelope.id))
-        task = self.app.tasks.get(job.envelope.task)
-        if task is None:
-            return Dead("unknown_task"), Failure(UnknownTaskError(job.envelope.task))
-        job.task = task
-        job.spent = spent(d)  # a held task's copy carries the attempts it already used
-        if job.attempt > task.policy.attempts:
-            return _crashed(task, job.attempt), None
-        if job.envelope.expired():
-            return Dead("expired", f"expired at {job.envelope.expires_at}"), None
-        try:
-            args, kwargs = task.validator.for_call(job.envelope.args, job.envelope.kwargs)
+            args, kwargs = task.validator.for_call(envelope.args, envelope.kwargs)
         except ArgumentsError as exc:
             return Dead("permanent", str(exc)), Failure(exc)
         if task.flow is not None and self.admission is not None:
@@ -87,6 +79,48 @@ class Judge:
                 return hold, None
         outcome = await self._run(job, task, args, kwargs)
         return decide(task.policy, job.attempt, outcome), outcome
+
+    async def _before_running(self, job: Job) -> tuple[Decision, Outcome | None] | None:
+        """The verdict on a delivery that must not run now (undecodable, cancelled, unknown,
+        crash-looped, expired, delayed), else None with `job.envelope` and `job.task` set."""
+        d = job.delivery
+        try:
+            job.envelope = self._decode(d, job.queue)
+            if d.header(BURST) is not None:  # a debounced burst's wake-up
+                held = await self._wake_up(job, d.header(BURST) or "")
+                if held is not None:
+                    return held, None
+        except DecodeError as exc:
+            return Dead("undecodable", exc.reason), Failure(exc)
+        envelope = job.envelope
+        job.task = task = self.app.tasks.get(envelope.task)
+        if self.cancels is not None and self.cancels.requested(envelope.id):
+            return Cancel(), Failure(TaskCancelled(envelope.id))
+        if task is None:
+            return Dead("unknown_task"), Failure(UnknownTaskError(envelope.task))
+        job.spent = spent(d)  # a held task's copy carries the attempts it already used
+        if job.attempt > task.policy.attempts:
+            return _crashed(task, job.attempt), None
+        if envelope.expired():
+            return Dead("expired", f"expired at {envelope.expires_at}"), None
+        due = _due(job)
+        if due is not None:  # a delayed task: stored as a schedule, run when it fires
+            return Hold(f"its eta {envelope.eta}", until=due), None
+        return None
+
+    async def _wake_up(self, job: Job, key_token: str) -> Hold | None:
+        """A debounce wake-up: hold it until its burst is due, drop it if its burst ran,
+        or make the burst's last call the job's envelope (None: run it)."""
+        assert job.envelope is not None
+        client = await self.app.client()
+        has_record = await fetch(client, job.envelope.id) is not None
+        verdict = await judge_wake_up(client, job.envelope, key_token, has_record)
+        if verdict.done:
+            return Hold("its debounced burst ran already", done=True)
+        if verdict.run is None:
+            return Hold("debounce", until=verdict.until)
+        job.envelope = verdict.run
+        return None
 
     async def _run(
         self, job: Job, task: Task[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -98,7 +132,7 @@ class Judge:
             job.envelope, job.queue, job.attempt, task.policy, task.timeout, time.time()
         )
         ctx.reporter = self.reporter
-        key = key_for(job.envelope.id)
+        key = safe_id(job.envelope.id)
         self.running[key] = job
         job.running = job.handler or asyncio.current_task()  # what a cancel interrupts
         self._leases.hold(d, job.setup.ack_wait)
@@ -156,7 +190,7 @@ class Judge:
         if not d.sealed and self._sealing_required:
             raise DecodeError(PLAINTEXT_REFUSED)
         parsed = self.app.names.parse_queue_subject(d.subject)
-        return decode(
+        envelope = decode(
             d.data,
             subject_task=parsed[1] if parsed else None,
             msg_id=d.header(MSG_ID),
@@ -165,6 +199,21 @@ class Judge:
             queue=queue,
             subject=d.subject,
         )
+        # the subject decides which task runs: per-task publish permissions then mean it
+        if parsed is None or envelope.task != parsed[1]:
+            shown = parsed[1] if parsed else d.subject
+            raise DecodeError(f"the body names task {envelope.task[:80]!r}, its subject {shown!r}")
+        return envelope
+
+
+def _due(job: Job) -> float | None:
+    """When a delayed task is due (epoch seconds), if that is still to come; None for a
+    task due now, or one its schedule fired (never held twice: clocks may differ)."""
+    eta = job.envelope.eta if job.envelope is not None else None
+    if not eta or job.delivery.header(FIRED) is not None:
+        return None
+    due = parse_time(eta).timestamp()
+    return due if due > time.time() + EARLY else None
 
 
 def _crashed(task: Task[Any, Any], delivered: int) -> Dead:

@@ -23,9 +23,9 @@ from typing import Any
 from taskq.client import Client
 from taskq.dlq.write import Letter
 from taskq.errors import StorageFull
+from taskq.ids import safe_id
 from taskq.nats import PubAck
 from taskq.policy import Decision, Outcome
-from taskq.results import key_for
 from taskq.workers.job import Job
 
 log = logging.getLogger("taskq.worker")
@@ -147,7 +147,7 @@ class SettleGroup:
 
 def _key(handed: Handed) -> str:
     assert handed.job.envelope is not None
-    return key_for(handed.job.envelope.id)
+    return safe_id(handed.job.envelope.id)
 
 
 def _tid(handed: Handed) -> str:

@@ -1,5 +1,6 @@
-"""Creating what a worker consumes from: queue streams, their consumers, the DLQ and the
-advisory capture stream; idempotent, and drift in a config is applied as an update."""
+"""Creating what a worker consumes from: queue streams, their consumers, each queue's timer
+stream and its mover's consumer, the DLQ and the advisory capture stream; idempotent, and
+drift in a config is applied as an update."""
 
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ from taskq.topology.specs import (
     queue_stream,
     rank_consumer,
     results_bucket,
+    timer_consumer,
+    timer_stream,
 )
 
 log = logging.getLogger("taskq.worker")
@@ -66,6 +69,8 @@ async def prepare(app: App, client: Client, queues: list[str]) -> dict[str, Queu
     on_server = queues_in(existing, names)
     setups: dict[str, QueueSetup] = {}
     for queue in queues:
+        await streams.ensure(timer_stream(names, settings, queue))
+        await streams.ensure_consumer(timer_consumer(names, settings, queue))
         wanted = layout(await client.queue_partitions(queue))
         for part in wanted:
             spec = queue_stream(names, settings, queue, part)

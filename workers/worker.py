@@ -34,6 +34,7 @@ from taskq.workers.slots import Slots
 from taskq.workers.spark_jobs import SparkExecutor
 from taskq.workers.spark_session import SparkRuntime
 from taskq.workers.threads import TaskThreads
+from taskq.workers.timers import run_mover
 
 log = logging.getLogger("taskq.worker")
 LEVEL_LINGER = 0.25  # a priority level's pull waits this long before its loop ends
@@ -108,10 +109,6 @@ class Worker:
         self._setups = await retry_transient(
             lambda: prepare(self.app, client, self.queues), what="worker set-up"
         )
-        for setup in self._setups.values():  # where held tasks may wait, per queue
-            parts = admission.parts.setdefault(setup.queue, [])
-            if setup.partition not in parts:
-                parts.append(setup.partition)
         await self.app.hooks.run_start()
         if self._pool is not None:
             await self._pool.start()
@@ -124,6 +121,8 @@ class Worker:
         mains = [s for s in self._setups.values() if s.lane is None]
         levels = Levels(self.app, client, mains, self._consume_level)
         loops.append(asyncio.create_task(levels.run(self._stopping)))
+        # fired schedules (delayed, periodic, held tasks) into their queues
+        loops += [asyncio.create_task(run_mover(client, q, self._stopping)) for q in self.queues]
         if self.sweeper:
             # Every worker sweeps crash-looped messages on one shared durable consumer.
             loops.append(asyncio.create_task(run_sweeper(client, self._stopping)))

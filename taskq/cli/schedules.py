@@ -20,7 +20,7 @@ def schedules() -> None:
 @click.option("--json", "as_json", is_flag=True)
 @pass_ctx
 def ls(ctx: Context, queues: tuple[str, ...], as_json: bool) -> None:
-    """List schedules: name, queue, schedule expression and target subject."""
+    """List schedules: queue, name, schedule expression, next run and target subject."""
     from taskq.schedules import list_schedules
 
     found = ctx.run(lambda client: list_schedules(client, list(queues) or None))
@@ -30,9 +30,10 @@ def ls(ctx: Context, queues: tuple[str, ...], as_json: bool) -> None:
     if not found:
         click.echo("no schedules")
         return
-    click.echo(f"{'QUEUE':12}  {'NAME':36}  {'SCHEDULE':28}  TARGET")
+    click.echo(f"{'QUEUE':12}  {'NAME':36}  {'SCHEDULE':28}  {'NEXT RUN':24}  TARGET")
     for s in found:
-        click.echo(f"{s.queue:12}  {s.name:36}  {s.expression:28}  {s.target}")
+        next_run = s.next_run or "-"
+        click.echo(f"{s.queue:12}  {s.name:36}  {s.expression:28}  {next_run:24}  {s.target}")
 
 
 @schedules.command()
@@ -40,7 +41,7 @@ def ls(ctx: Context, queues: tuple[str, ...], as_json: bool) -> None:
 @click.option("-q", "--queue", default="default", show_default=True)
 @pass_ctx
 def rm(ctx: Context, name: str, queue: str) -> None:
-    """Cancel schedule NAME (e.g. periodic.cleanup, or a delayed task's id)."""
+    """Cancel schedule NAME (as listed: periodic.cleanup, task.<id>; or a delayed task's id)."""
     from taskq.schedules import remove
 
     if not ctx.run(lambda client: remove(client, queue, name)):

@@ -22,8 +22,9 @@ if TYPE_CHECKING:
 def cancel(ctx: Context, task_ids: tuple[str, ...], as_json: bool) -> None:
     """Cancel tasks: a waiting or delayed one never runs, a running one is stopped.
 
-    Exit 0 when every id was cancelled, is being stopped, or had already finished;
-    exit 1 when an id is unknown."""
+    Exit 0 when every id was cancelled, is being stopped, or had already finished; exit 1
+    when an id is unknown (its request is kept: if it waits in a queue, it never runs).
+    An id is looked up by what the server indexes, never by reading a backlog."""
     from taskq.cancels import UNKNOWN
     from taskq.cancels import cancel as cancel_one
 

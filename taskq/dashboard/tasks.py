@@ -6,7 +6,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from taskq.cancels import UNKNOWN, cancel
+from taskq.cancels import cancel
 from taskq.dashboard.config import DashboardError
 from taskq.dashboard.gate import checked_form
 from taskq.dashboard.live import event_stream, task_events
@@ -52,8 +52,6 @@ async def cancel_task(request: Request) -> Response:
     await checked_form(request)
     task_id = param(request, "task_id")
     report = await cancel(client_of(request), task_id)
-    if report.outcome == UNKNOWN:
-        raise DashboardError(404, f"no task {task_id!r}: {report.detail}")
     return done(request, url("tasks", task_id), report.outcome, report.to_dict())
 
 

@@ -5,9 +5,9 @@
   task's handle. Within the stream's dedup window (2 min) a later enqueue also publishes its
   call under the first id: the server drops it as a duplicate if the first publish landed,
   and stores it if the first producer died between creating the record and publishing.
-- debounce: one message schedule (ADR-51) per task and key, in the queue's stream;
-  every enqueue replaces it (compare-and-set on the subject's last sequence) with the new
-  arguments and a new due time, keeping the burst's task id; the server runs it once.
+- debounce: one record per task and key holds the burst (its id, due time, last call);
+  every enqueue replaces it and publishes a wake-up that workers hold until the burst is
+  due, then run once with the last call's arguments (taskq.flowcontrol.debounce).
 - throttle: a create-only record with the window as TTL; the first enqueue of a window
   publishes, the rest are dropped with a `dropped` result naming the kept run.
 """
@@ -18,13 +18,14 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Protocol
 
 from taskq.client import Client, ClientSource
-from taskq.envelope import TASK_HEADER, Envelope, format_time
+from taskq.envelope import Envelope
 from taskq.errors import ConfigError, TaskqError
-from taskq.flowcontrol.keys import call_digest, task_token, token
+from taskq.flowcontrol import debounce as bursts
+from taskq.flowcontrol.keys import call_digest, token
 from taskq.flowcontrol.store import ensure_limits
 from taskq.handle import TaskHandle
 from taskq.middleware import Chain
@@ -32,7 +33,6 @@ from taskq.nats import StoredMessage
 from taskq.portal import Portal
 from taskq.results import ResultRecord, ensure_results, store
 from taskq.retrying import retry_transient
-from taskq.schedules import SCHEDULE, TARGET, at_expression
 
 log = logging.getLogger("taskq")
 Send = Callable[[Envelope], Awaitable[TaskHandle]]  # publish an envelope the usual way
@@ -165,59 +165,22 @@ async def debounce(
     lane: bool = False,
     level: int = 5,
 ) -> TaskHandle:
-    """(Re)place the key's schedule: one run, `gate.debounce` seconds after the last call,
-    with the last call's arguments; every call of a burst gets the burst's task id."""
+    """One run, `gate.debounce` seconds after the last call, with the last call's
+    arguments; every call of a burst gets the burst's task id."""
     assert gate.debounce is not None and gate.key is not None
     client = await app.client()
     part = await client.place(queue, partition_key or gate.key)
-    name = f"debounce.{token(gate.key)}.{task_token(envelope.task)}"
-    schedule = _Schedule(
-        client.names.queue_stream(queue, part), client.names.schedule_subject(queue, name, part)
-    )
-    call = client.placed(envelope, queue, part, lane, level)
-    for _ in range(20):  # another producer replaced it meanwhile: read again
-        handle = await schedule.replace(app, client, call, gate.debounce)
-        if handle is not None:
-            return handle
-    raise TaskqError(f"debounce of {envelope.task} for key {gate.key!r}: too much contention")
+    placed = client.placed(envelope, queue, part, lane, level)
+    found: list[tuple[str, bool]] = []
 
+    async def publish(final: Envelope) -> None:
+        found.append(await bursts.call(client, final, gate.key or "", gate.debounce or 0.0))
 
-@dataclass(frozen=True)
-class _Schedule:
-    """A debounce schedule: the one message schedule of a task and key."""
-
-    stream: str
-    subject: str
-
-    async def replace(
-        self, app: GateApp, client: Client, call: Envelope, seconds: float
-    ) -> TaskHandle | None:
-        """Replace the schedule with `call` due in `seconds`, keeping the burst's id; None
-        when another producer replaced it first (compare-and-set on its last sequence)."""
-        stored = await client.connection.messages.last(self.stream, self.subject)
-        first = _stored_id(stored.data) if stored is not None else None
-        due = datetime.now(UTC) + timedelta(seconds=seconds)
-        call = replace(call, id=first or call.id, eta=format_time(due))
-        last = stored.seq if stored is not None else 0
-        seqs: list[int | None] = []
-
-        async def publish(final: Envelope) -> None:
-            headers = {**final.headers, SCHEDULE: at_expression(due), TARGET: final.subject}
-            headers[TASK_HEADER] = final.task
-            records = client.connection.records
-            body = final.encode()
-            seqs.append(
-                await retry_transient(
-                    lambda: records.replace(self.subject, body, last, headers=headers)
-                )
-            )
-
-        await app.middleware.enqueue(call, publish)
-        if len(seqs) != 1:
-            raise TaskqError(f"an enqueue middleware did not call call_next once: {call.task}")
-        if seqs[0] is None:
-            return None
-        return TaskHandle(call.id, call.task, call.queue, seqs[0], first is not None, app)
+    await app.middleware.enqueue(placed, publish)
+    if len(found) != 1:
+        raise TaskqError(f"an enqueue middleware did not call call_next once: {envelope.task}")
+    burst_id, going_on = found[0]
+    return TaskHandle(burst_id, envelope.task, queue, 0, going_on, app)
 
 
 def _stored_id(data: bytes) -> str | None:

@@ -1,8 +1,9 @@
 """Holding a task back without costing it an attempt: a one-shot schedule, then the ack.
 
 A delivery held by a limit is re-scheduled as an ADR-51 `@at` schedule on
-`<prefix>.s.<queue>.held.<task id>.<group>` (its body unchanged, its target the task's
-subject) and the delivery is then acknowledged: a NAK would count as an attempt and toward
+`<prefix>.s.<queue>.held.<task id>.<group>` in the queue's timer stream (its body unchanged,
+its target the fired form of the task's subject, which a worker moves back into the queue)
+and the delivery is then acknowledged: a NAK would count as an attempt and toward
 the consumer's MaxDeliver. The schedule carries `Taskq-Attempts-Spent` (attempts already
 used by earlier messages of the task), which the worker adds to the server's delivery count
 when the copy arrives, so the attempt number is right and a limit never uses one up.
@@ -11,8 +12,10 @@ held tasks of one limit can be found (to wake one) and counted (`taskq limits`).
 parked for a slot is woken by a direct copy (no scheduler latency); its park token makes
 sure that copy and a late firing of its schedule never both run (`wake`, `claim`).
 
+A delayed task (a future `eta`) is held the same way, on `<prefix>.s.<queue>.task.<safe id>`.
+
 The crash window between the schedule's publish and the ack: the schedule is published
-with `Nats-Msg-Id` `<id>.held.<stream>.<seq>.<delivery>`. A worker dying before the ack
+with `Nats-Msg-Id` `<id>:held:<stream>:<seq>:<delivery>`. A worker dying before the ack
 leaves the delivery to be redelivered after the lease; the worker judging delivery k of a
 limited task first publishes a probe with delivery k-1's id: the server answers
 `duplicate` exactly when that deferral was stored (within its dedup window, which is why
@@ -30,17 +33,18 @@ from taskq.client import Client
 from taskq.envelope import MSG_ID
 from taskq.flowcontrol.keys import task_token, token
 from taskq.flowcontrol.store import ensure_limits
+from taskq.ids import safe_id
 from taskq.nats import Delivery, StoredMessage
 from taskq.nats.records import TTL
 from taskq.retrying import retry_transient
-from taskq.schedules import SCHEDULE, TARGET, at_expression
-from taskq.topology.partitions import Part
+from taskq.schedules import SCHEDULE, TARGET, at_expression, delayed_name
 
 SPENT = "Taskq-Attempts-Spent"  # attempts used by earlier messages of this task
 HELD = "Taskq-Held"  # which limit held it, for people (`taskq task ID`)
 TICKET = "Taskq-Rate-Ticket"  # a rate-limit window reserved for it (`<period>:<window>`)
 PARK = "Taskq-Park"  # a parked task's token: of its copies (woken, fired) only one runs
 SLOT_HINT = "Taskq-Slot-Hint"  # on a woken copy: the slot just released, tried first
+FIRED = "Taskq-Fired"  # on a task a schedule fired: its timer stream's sequence
 HELD_ROOT = "held"
 
 
@@ -56,22 +60,24 @@ def spent(delivery: Delivery) -> int:
 
 
 class Holder:
-    """Held schedules of one queue stream (a queue's, or one partition's)."""
+    """Held schedules of one queue (in its timer stream)."""
 
-    def __init__(self, client: Client, queue: str, part: Part) -> None:
+    def __init__(self, client: Client, queue: str) -> None:
         self.client = client
         self.queue = queue
-        self.part = part
-        self.stream = client.names.queue_stream(queue, part)
+        self.stream = client.names.timer_stream(queue)
 
     def subject(self, task_id: str, limit: str) -> str:
+        """A held schedule's subject; `limit` "" is a delayed task's own schedule."""
+        if not limit:
+            return self.client.names.schedule_subject(self.queue, delayed_name(task_id))
         name = f"{HELD_ROOT}.{token(task_id)}.{limit}"
-        return self.client.names.schedule_subject(self.queue, name, self.part)
+        return self.client.names.schedule_subject(self.queue, name)
 
     def group_filter(self, limit: str) -> str:
-        """Every held schedule of one limit in this stream."""
+        """Every held schedule of one limit in this queue."""
         name = f"{HELD_ROOT}.*.{limit}"
-        return self.client.names.schedule_subject(self.queue, name, self.part)
+        return self.client.names.schedule_subject(self.queue, name)
 
     async def hold(
         self,
@@ -86,7 +92,7 @@ class Holder:
         acknowledges `d` after this returns."""
         sent = {**carried(d.raw_headers), **headers}
         sent[SCHEDULE] = at_expression(until)
-        sent[TARGET] = target
+        sent[TARGET] = self.client.names.fired_subject(target)
         sent[MSG_ID] = commit_id(task_id, d.stream, d.seq, d.num_delivered)
         subject = self.subject(task_id, limit)
         connection = self.client.connection
@@ -126,8 +132,12 @@ class Holder:
             return False
         held, mine = claimed
         token = held.headers.get(PARK, "")
-        headers = {**carried(held.headers), **(note or {}), MSG_ID: f"wake.{token or mine}"}
-        target, connection = held.headers.get(TARGET, ""), self.client.connection
+        headers = {**carried(held.headers), **(note or {}), MSG_ID: f"wake:{token or mine}"}
+        target = self.client.names.unfired(held.headers.get(TARGET, ""))
+        if target is None:
+            return False  # not ours to move: it fires at its own time
+        connection = self.client.connection
+        # straight into its queue: no scheduler latency
         await retry_transient(lambda: connection.publish(target, held.data, headers))
         await connection.messages.delete(self.stream, mine)
         return True
@@ -151,7 +161,7 @@ class Holder:
 
 
 def commit_id(task_id: str, stream: str, seq: int, delivery: int) -> str:
-    return f"{task_id}.held.{stream}.{seq}.{delivery}"
+    return f"{safe_id(task_id)}:held:{stream}:{seq}:{delivery}"
 
 
 def carried(headers: dict[str, str] | None) -> dict[str, str]:

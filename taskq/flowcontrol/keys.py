@@ -18,7 +18,7 @@ ALL = "_all"  # the token of a limit shared by every call of a task (no key)
 
 def token(key: str) -> str:
     """A subject token for `key`: the key itself if plain, else `~` + a digest."""
-    if _PLAIN.match(key) and key != ALL:
+    if _PLAIN.fullmatch(key) and key != ALL:
         return key
     return "~" + hashlib.sha256(key.encode()).hexdigest()[:32]
 

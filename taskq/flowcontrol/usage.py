@@ -11,6 +11,7 @@ unique_for/throttle still open.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -184,22 +185,23 @@ async def held_counts(client: Client, queues: list[str] | None = None) -> Counte
     on_server = await queues_on_server(client.connection, client.names)
     counts: Counter[str] = Counter()
     for queue in queues or list(on_server):
-        for part in on_server.get(queue, []):
-            counts.update(await held_in(client, queue, part))
+        with contextlib.suppress(NotFound):  # no timer stream yet: nothing held
+            counts.update(await held_in(client, queue))
     return counts
 
 
-async def held_in(client: Client, queue: str, part: Part) -> Counter[str]:
+async def held_in(client: Client, queue: str) -> Counter[str]:
+    """Held tasks of one queue per limit group (its timer stream's held schedules)."""
     names = client.names
-    root = names.schedule_subject(queue, f"{HELD_ROOT}.", part)
+    root = names.schedule_subject(queue, f"{HELD_ROOT}.")
     state = await client.connection.streams.state(
-        names.queue_stream(queue, part), subjects_filter=root + ">"
+        names.timer_stream(queue), subjects_filter=root + ">"
     )
     counts: Counter[str] = Counter()
-    for subject in state.subjects:
+    for subject, count in state.subjects.items():
         limit = subject[len(root) :].split(".", 1)[1] if "." in subject[len(root) :] else ""
         if limit and not limit.startswith("probe."):
-            counts[limit] += 1
+            counts[limit] += count
     return counts
 
 

@@ -22,6 +22,7 @@ from pydantic_core import from_json
 from taskq.errors import BrokerError, PermissionDenied, TaskqError, TransientError
 from taskq.nats import internals
 from taskq.nats.errors import Guard
+from taskq.nats.outbound import check
 from taskq.nats.types import PubAck
 
 STATUS = "Status"
@@ -47,7 +48,9 @@ class Pipeline:
         self, subject: str, body: bytes, headers: dict[str, str] | None, ack_timeout: float
     ) -> asyncio.Future[PubAck]:
         """Publish now; the future holds the server's PubAck, or a taskq error: the
-        server's refusal, or TransientError when no ack came within `ack_timeout`."""
+        server's refusal, or TransientError when no ack came within `ack_timeout`. An
+        unsafe subject or header raises UnsafeName at once, before anything is sent."""
+        check(subject, headers)
         if not self._prefix:
             await self._open()
         self._sent += 1

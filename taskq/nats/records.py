@@ -18,6 +18,7 @@ from nats.js import JetStreamContext
 
 from taskq.errors import BrokerError
 from taskq.nats.errors import WRONG_LAST_SEQUENCE, Guard
+from taskq.nats.outbound import check
 
 EXPECTED_LAST = "Nats-Expected-Last-Subject-Sequence"
 TTL = "Nats-TTL"
@@ -59,6 +60,7 @@ class Records:
         sent = {**(headers or {}), EXPECTED_LAST: str(last_seq)}
         if ttl is not None:
             sent[TTL] = ttl_header(ttl)
+        check(subject, sent)
         try:
             with self._guard:
                 ack = await self._js.publish(subject, value, headers=sent)
@@ -79,6 +81,7 @@ class Records:
         sent = dict(headers or {})
         if ttl is not None:
             sent[TTL] = ttl_header(ttl)
+        check(subject, sent)
         with self._guard:
             ack = await self._js.publish(subject, value, headers=sent or None)
         return int(ack.seq)
@@ -89,6 +92,7 @@ class Records:
         """Add `by` to the counter on `subject` (a stream with counters on); the new total.
         Extra `headers` are kept on the counter's message (the server preserves them)."""
         sent = {**(headers or {}), INCREMENT: f"{by:+d}"}
+        check(subject, sent)
         with self._guard:
             ack = await self._js.publish(subject, b"", headers=sent)
         value = getattr(ack, "val", None)

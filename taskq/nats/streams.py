@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,6 +23,8 @@ from taskq.nats.types import ConsumerPause, ConsumerState, StreamState
 from taskq.retrying import patiently
 from taskq.topology.specs import ConsumerSpec, StreamSpec
 
+log = logging.getLogger("taskq")
+
 
 class Streams:
     """Stream and consumer administration on one connection."""
@@ -32,14 +35,22 @@ class Streams:
         self._guard = guard
 
     async def ensure(self, spec: StreamSpec) -> None:
-        """Create the stream, or update it when its config drifted from `spec`."""
+        """Create the stream, or update it when its config drifted from `spec`. Settings
+        the server cannot turn off once on (message schedules, message TTLs) stay on."""
         config = stream_config(spec)
         with self._guard:
             try:
                 await self._js.add_stream(config)
+                return
             except BadRequestError as exc:
                 if exc.err_code != STREAM_NAME_IN_USE:
                     raise
+            old = (await self._js.stream_info(spec.name)).config
+            config.allow_msg_ttl = config.allow_msg_ttl or old.allow_msg_ttl or None
+            if old.allow_msg_schedules and not config.allow_msg_schedules:
+                config.allow_msg_schedules = True
+                _warn_schedules_stay(spec.name)
+            if _drifted(config, old):  # only then: a worker's role may not update streams
                 await self._js.update_stream(config)
 
     async def ensure_consumer(self, spec: ConsumerSpec) -> None:
@@ -251,3 +262,23 @@ def consumer_config(spec: ConsumerSpec) -> api.ConsumerConfig:
         filter_subject=spec.filter_subject or None,
         max_waiting=512,
     )
+
+
+def _drifted(wanted: api.StreamConfig, old: api.StreamConfig) -> bool:
+    """Whether any setting taskq sends differs from the stream's."""
+    have = old.as_dict()
+    return any(have.get(key) != value for key, value in wanted.as_dict().items())
+
+
+_warned: set[str] = set()
+
+
+def _warn_schedules_stay(stream: str) -> None:
+    if stream not in _warned:
+        _warned.add(stream)
+        log.warning(
+            "stream %s was made with message schedules on (an earlier taskq): the server "
+            "keeps roll-ups on with them, so a producer can purge it; recreate it to lock "
+            "it (docs/security.md)",
+            stream,
+        )

@@ -91,10 +91,18 @@ def _still_stored(schedules: list[ScheduleInfo], due: set[str]) -> set[str]:
 
 
 async def _counts(client: Client, parts: dict[str, list[Part]]) -> tuple[int, int]:
-    """(waiting, in flight) summed over every stream of the queues."""
+    """(waiting, in flight) summed over every stream of the queues, and the fired tasks
+    their timer streams still hold (a worker moves them into the queue)."""
     names, streams = client.names, client.connection.streams
     waiting = in_flight = 0
     for queue, queue_parts in parts.items():
+        try:
+            timers = await streams.consumer_state(
+                names.timer_stream(queue), names.timer_consumer(queue)
+            )
+            waiting, in_flight = waiting + timers.pending, in_flight + timers.ack_pending
+        except NotFound:
+            pass  # no timers yet
         for part in queue_parts:
             stream = names.queue_stream(queue, part)
             try:

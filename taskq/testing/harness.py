@@ -18,7 +18,8 @@ from taskq.app import App
 from taskq.dlq.browse import list_dead
 from taskq.dlq.record import DeadLetter
 from taskq.errors import NotFound
-from taskq.results import ResultRecord, key_for
+from taskq.ids import safe_id
+from taskq.results import ResultRecord
 from taskq.testing.drain import drain
 from taskq.testing.environment import active
 from taskq.workers.worker import Worker
@@ -34,8 +35,8 @@ class Results(Mapping[str, ResultRecord]):
 
     def __getitem__(self, task_id: str) -> ResultRecord:
         # ids that are no valid KV key (idempotency keys with any character) are stored
-        # under a hash of themselves (taskq.results.key_for)
-        return self._by_key[key_for(task_id)]
+        # under a hash of themselves (taskq.ids.safe_id)
+        return self._by_key[safe_id(task_id)]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._by_key)

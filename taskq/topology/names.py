@@ -11,35 +11,41 @@ from dataclasses import dataclass
 
 from taskq.errors import ConfigError
 
-# subject root of tasks, schedules, concurrency lanes in a partition
-_PARTITIONED = {"q": "p", "s": "ps", "c": "pc", "r": "pr"}
+# subject root of tasks, concurrency lanes, priority levels in a partition
+_PARTITIONED = {"q": "p", "c": "pc", "r": "pr"}
 # task subject roots -> number tokens (partition, priority) between queue and task name
 _TASK_ROOTS = {"q": 0, "c": 0, "r": 1, "p": 1, "pc": 1, "pr": 2}
 _MAX_DELIVERIES = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES"
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]+$")
 _TASK = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
+MAX_TASK_NAME = 200  # and queue names, prefixes: they become subjects, stream and KV names
 
 
 def check_queue(name: str) -> str:
     """Return `name` if it is a valid queue (or prefix) name, else raise ConfigError."""
-    if not isinstance(name, str) or not _TOKEN.match(name):
-        raise ConfigError(f"invalid queue name {name!r}: use letters, digits, '_' and '-' only")
+    if not isinstance(name, str) or not _TOKEN.fullmatch(name) or len(name) > MAX_TASK_NAME:
+        raise ConfigError(
+            f"invalid queue name {str(name)[:80]!r}: use letters, digits, '_' and '-' only"
+            f" (at most {MAX_TASK_NAME})"
+        )
     return name
 
 
 def check_prefix(name: str) -> str:
     """Return `name` if it is a valid prefix, else raise ConfigError."""
-    if not isinstance(name, str) or not _TOKEN.match(name):
-        raise ConfigError(f"invalid prefix {name!r}: use letters, digits, '_' and '-' only")
+    if not isinstance(name, str) or not _TOKEN.fullmatch(name) or len(name) > 64:
+        raise ConfigError(
+            f"invalid prefix {str(name)[:80]!r}: use letters, digits, '_' and '-' only (at most 64)"
+        )
     return name
 
 
 def check_task(name: str) -> str:
     """Return `name` if it is a valid task name (dots only between parts), else raise."""
-    if not isinstance(name, str) or not _TASK.match(name):
+    if not isinstance(name, str) or not _TASK.fullmatch(name) or len(name) > MAX_TASK_NAME:
         raise ConfigError(
-            f"invalid task name {name!r}: use letters, digits, '_' and '-', "
-            "with dots only between parts"
+            f"invalid task name {str(name)[:80]!r}: use letters, digits, '_' and '-', "
+            f"with dots only between parts (at most {MAX_TASK_NAME})"
         )
     return name
 
@@ -80,11 +86,43 @@ class Names:
     def queue_filter(self, queue: str, partition: int | None = None) -> str:
         return self.queue_subject(queue, ">", partition)
 
-    def schedule_subject(self, queue: str, schedule: str, partition: int | None = None) -> str:
-        return self._in_queue("s", queue, schedule, partition)
+    # timers: a queue's message schedules (delayed, periodic, held and debounced tasks) live
+    # in a stream of their own, `<PREFIX>_T_<QUEUE>`, with what they fire. nats-server
+    # forces roll-ups (a publish that purges) on any stream that allows schedules, and
+    # producers publish into queue streams: so no queue stream allows them, and only
+    # workers publish here. A fired task lands on `<prefix>.f.<queue>.<root>.<tail>` for its
+    # queue subject `<prefix>.<root>.<queue>.<tail>`; a worker moves it there.
+    def timer_stream(self, queue: str) -> str:
+        return f"{self._up}_T_{queue.upper()}"
 
-    def schedule_filter(self, queue: str, partition: int | None = None) -> str:
-        return self.schedule_subject(queue, ">", partition)
+    def schedule_subject(self, queue: str, schedule: str) -> str:
+        """A schedule's subject: `schedule` names it (`task.<id>`, `periodic.<task>`...)."""
+        return f"{self.prefix}.s.{queue}.{schedule}"
+
+    def schedule_filter(self, queue: str) -> str:
+        return self.schedule_subject(queue, ">")
+
+    def fired_subject(self, subject: str) -> str:
+        """Where a schedule targeting the queue subject `subject` fires (in the timer
+        stream); ValueError if `subject` is not a queue subject of this prefix."""
+        parts = subject.split(".", 3)
+        if len(parts) < 4 or parts[0] != self.prefix or parts[1] not in _TASK_ROOTS:
+            raise ValueError(f"not a queue subject: {subject[:100]!r}")
+        return f"{self.prefix}.f.{parts[2]}.{parts[1]}.{parts[3]}"
+
+    def unfired(self, fired: str) -> str | None:
+        """The queue subject a fired message goes to (None: not a fired subject)."""
+        parts = fired.split(".", 4)
+        if len(parts) < 5 or parts[0] != self.prefix or parts[1] != "f":
+            return None
+        subject = f"{self.prefix}.{parts[3]}.{parts[2]}.{parts[4]}"
+        return subject if self.parse_queue_subject(subject) is not None else None
+
+    def fired_filter(self, queue: str) -> str:
+        return f"{self.prefix}.f.{queue}.>"
+
+    def timer_consumer(self, queue: str) -> str:
+        return f"{queue}-timers"
 
     def consumer(self, queue: str) -> str:
         return queue

@@ -51,23 +51,50 @@ class BucketSpec:
 def queue_stream(
     names: Names, settings: Settings, queue: str, partition: int | None = None
 ) -> StreamSpec:
-    """The work-queue stream holding a queue's tasks, its schedules, its concurrency lanes
-    and its priority levels (or one partition's)."""
+    """The work-queue stream holding a queue's tasks, its concurrency lanes and its
+    priority levels (or one partition's). Producers publish here, so it allows no message
+    schedules: nats-server turns roll-ups (a publish that purges) on with them. Schedules
+    are in the queue's timer stream."""
     where = "" if partition is None else f", partition {partition}"
     return StreamSpec(
         name=names.queue_stream(queue, partition),
         subjects=(
             names.queue_filter(queue, partition),
-            names.schedule_filter(queue, partition),
             names.lane_filter(queue, partition),
             names.rank_filter(queue, partition),
         ),
         retention="workqueue",
         replicas=settings.replicas,
         duplicate_window=settings.duplicate_window,
+        description=f"taskq queue {queue!r}{where}",
+    )
+
+
+def timer_stream(names: Names, settings: Settings, queue: str) -> StreamSpec:
+    """A queue's message schedules (ADR-51) and what they fire, which workers move into
+    the queue's stream. Only workers publish here (roll-ups are on: schedules need them)."""
+    return StreamSpec(
+        name=names.timer_stream(queue),
+        subjects=(names.schedule_filter(queue), names.fired_filter(queue)),
+        retention="workqueue",
+        replicas=settings.replicas,
+        duplicate_window=settings.duplicate_window,
         schedules=True,
         msg_ttl=True,
-        description=f"taskq queue {queue!r}{where}",
+        description=f"taskq timers of queue {queue!r}",
+    )
+
+
+def timer_consumer(names: Names, settings: Settings, queue: str) -> ConsumerSpec:
+    """The shared consumer that moves fired tasks from a timer stream into their queue
+    (a failed move comes back after `ack_wait`; nothing stops retrying it)."""
+    return ConsumerSpec(
+        stream=names.timer_stream(queue),
+        durable=names.timer_consumer(queue),
+        filter_subject=names.fired_filter(queue),
+        ack_wait=30.0,
+        max_deliver=-1,
+        max_ack_pending=settings.max_ack_pending,
     )
 
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from taskq import App, TaskHandle
+from taskq.ids import safe_id
 from taskq.ports import lease_port
-from taskq.results import fetch, key_for
+from taskq.results import fetch
 from taskq.server import EmbeddedServer
 from tests.apps import reliable
 from tests.conftest import WorkerProcess, wait_until
@@ -75,7 +76,7 @@ def _producer(url: str, prefix: str) -> App:
 async def _enqueue_frozen(app: App, link: Proxy, tid: str) -> TaskHandle:
     """Enqueue `tid` (as its own id) with the proxy set to freeze after its record's publish
     or any ack (the task's own: nothing else is acked on this fresh queue meanwhile)."""
-    record = f"PUB $KV.{app.names.results_bucket}.{key_for(tid)} ".encode()
+    record = f"PUB $KV.{app.names.results_bucket}.{safe_id(tid)} ".encode()
     link.freeze_after(record, ACK)
     return await reliable.echo.options(key=tid).enqueue(tid)
 

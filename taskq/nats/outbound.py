@@ -1,0 +1,32 @@
+"""What taskq may send: a subject and headers that the NATS protocol carries as they are.
+
+Every name that comes from a user or a message is made safe before it gets here
+(`taskq.ids.safe_id`, `taskq.flowcontrol.keys.token`, validated queue and task names). This
+is the last line: a subject with white space or a wildcard, or a header value with a line
+break, would make the server close the connection (`maximum control line exceeded`,
+`invalid subject`) or let one header smuggle in another, so it is refused here with a typed
+error, and the connection stays up.
+"""
+
+from __future__ import annotations
+
+import re
+
+from taskq.errors import UnsafeName
+
+MAX_SUBJECT = 1024  # well inside the server's 4 KiB control line, with a reply subject
+# tokens of printable characters other than `.`, `*` and `>`, joined by single dots
+_TOKEN = r"[!-)+-\-/-=?-~\u00a0-\U0010ffff]+"
+_SUBJECT = re.compile(rf"{_TOKEN}(?:\.{_TOKEN})*")
+_BREAKS = re.compile(r"[\r\n\x00]")
+
+
+def check(subject: str, headers: dict[str, str] | None = None) -> None:
+    """Raise UnsafeName unless `subject` is a valid publish subject and every header name
+    and value fits on its header line."""
+    if len(subject) > MAX_SUBJECT or not _SUBJECT.fullmatch(subject):
+        raise UnsafeName("subject", subject)
+    if headers:
+        for name, value in headers.items():
+            if _BREAKS.search(value) or _BREAKS.search(name) or ":" in name:
+                raise UnsafeName(f"header {name[:40]!r}", value)
