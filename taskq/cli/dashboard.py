@@ -31,9 +31,24 @@ def installed() -> bool:
     help="asked of every browser and script; required to listen beyond loopback "
     "[env TASKQ_DASHBOARD_TOKEN]",
 )
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    envvar="TASKQ_DASHBOARD_ALLOWED_HOSTS",
+    metavar="NAME[:PORT]",
+    help="another host browsers reach it by (a reverse proxy's, a DNS name); requests naming "
+    "any other host than its own address are refused; repeatable "
+    "[env TASKQ_DASHBOARD_ALLOWED_HOSTS, space-separated]",
+)
 @pass_ctx
 def dashboard(
-    ctx: Context, host: str, port: int, read_only: bool, dashboard_token: str | None
+    ctx: Context,
+    host: str,
+    port: int,
+    read_only: bool,
+    dashboard_token: str | None,
+    allowed_hosts: tuple[str, ...],
 ) -> None:
     """Serve the web dashboard: queues, tasks, workers, dead letters, schedules and
     workflows, live, with their actions. It reads and acts with the global connection
@@ -42,8 +57,13 @@ def dashboard(
         raise click.ClickException("the dashboard needs its extra: pip install 'taskq[dashboard]'")
     from taskq.dashboard.config import DashboardConfig, DashboardError, UnsafeBind
     from taskq.dashboard.serve import run
+    from taskq.errors import ConfigError
 
-    config = DashboardConfig(ctx.settings(), host, port, read_only, dashboard_token or None)
+    token = dashboard_token or None
+    try:
+        config = DashboardConfig(ctx.settings(), host, port, read_only, token, allowed_hosts)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
 
     def announce(url: str) -> None:
         mode = " read-only" if read_only else ""

@@ -75,7 +75,7 @@ def create_app(config: DashboardConfig, client: Client) -> Starlette:
     the event loop that serves it)."""
     app = Starlette(
         routes=routes(),
-        middleware=[Middleware(Gate, token=config.token)],
+        middleware=[Middleware(Gate, config=config)],
         exception_handlers={TaskqError: _taskq_error, HTTPException: _http_error},
     )
     app.state.config = config

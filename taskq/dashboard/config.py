@@ -6,23 +6,31 @@ import ipaddress
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
+from taskq.dashboard.hosts import parse_allowed
 from taskq.errors import ConfigError, TaskqError
 from taskq.settings import Settings
 
 TOKEN_ENV = "TASKQ_DASHBOARD_TOKEN"
+ALLOWED_HOSTS_ENV = "TASKQ_DASHBOARD_ALLOWED_HOSTS"
 
 
 @dataclass(frozen=True)
 class DashboardConfig:
     """A dashboard's options: the NATS settings it reads with (the CLI's), where it
-    listens, whether it refuses every action (`read_only`), and the token a browser or a
-    script must present (None: none asked, allowed on loopback only)."""
+    listens, whether it refuses every action (`read_only`), the token a browser or a
+    script must present (None: none asked, allowed on loopback only), and the other hosts
+    it answers to (`allowed_hosts`: `NAME` on any port or `NAME:PORT`, as browsers reach it
+    through a reverse proxy or a DNS name; ConfigError when one is not a host)."""
 
     settings: Settings
     host: str = "127.0.0.1"
     port: int = 8787
     read_only: bool = False
     token: str | None = None
+    allowed_hosts: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        parse_allowed(self.allowed_hosts)
 
     def server_label(self) -> str:
         """The NATS URL(s) without any credentials in them, and the prefix: what the page

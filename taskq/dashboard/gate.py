@@ -1,13 +1,20 @@
-"""What every request passes: the token (when the dashboard has one), the CSRF checks of
-every action, the read-only refusal, and the security headers of every response.
+"""What every request passes: its `Host` (the dashboard's own address or an allowed one),
+the token (when the dashboard has one), the `Origin` and CSRF checks of every action, the
+read-only refusal, and the security headers of every response.
 
+* Host: a request whose `Host` is not the dashboard's is refused (400, before anything is
+  read): that is what a DNS-rebinding page's requests look like (taskq/dashboard/hosts.py).
 * Token: a script sends `Authorization: Bearer TOKEN`; a browser signs in once at `/login`
   and then carries a cookie holding an HMAC of the token (never the token itself).
-* CSRF: a random token in a `SameSite=Strict` cookie, repeated by every form (hidden field
-  `csrf`) or `fetch` (header `X-CSRF-Token`): a page of another site can neither read the
-  cookie nor send the matching value ("double submit"); a request whose `Origin` is another
-  host is refused as well. Requests authenticated by the `Authorization` header need no
-  CSRF token: browsers never add that header on their own.
+* Origin: every mutating request (POST, PUT, PATCH, DELETE) must carry the `Origin` of the
+  dashboard's own page; none, `null` or another is refused (403). Browsers send it on every
+  POST, and a page cannot forge it.
+* CSRF: a token the dashboard signed (taskq/dashboard/csrf.py), in a `SameSite=Strict`
+  cookie, repeated by every form (hidden field `csrf`) or `fetch` (header `X-CSRF-Token`):
+  a page of another site can neither read the cookie nor send the matching value ("double
+  submit"), and a cookie it plants is not one the dashboard signed. Requests authenticated
+  by the `Authorization` header need neither Origin nor CSRF token: browsers never add that
+  header on their own.
 * Headers: a Content-Security-Policy allowing only this origin's own script and styles (no
   inline script at all: even markup that slipped through escaping could not run), no
   framing, no referrer to other sites, no caching of pages.
@@ -17,21 +24,23 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import secrets
 from urllib.parse import parse_qsl
 
 from starlette.datastructures import MutableHeaders
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from taskq.dashboard.config import DashboardConfig, DashboardError
+from taskq.dashboard.csrf import CsrfTokens
+from taskq.dashboard.hosts import HostRule, parse_allowed
 from taskq.dashboard.render import json_response, page, wants_json
 
 CSRF_COOKIE = "taskq_csrf"
 AUTH_COOKIE = "taskq_auth"
 CSRF_HEADER = "x-csrf-token"
 OPEN_PATHS = ("/static/", "/login")  # served without the token: no data in them
+MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 HEADERS = {
     "content-security-policy": (
         "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -39,7 +48,8 @@ HEADERS = {
     ),
     "x-content-type-options": "nosniff",
     "x-frame-options": "DENY",
-    # not "no-referrer": with it Chromium sends `Origin: null` on the pages' own forms
+    # not "no-referrer": with it Chromium sends `Origin: null` on the pages' own forms, and
+    # an action without its page's Origin is refused
     "referrer-policy": "same-origin",
 }
 
@@ -50,27 +60,40 @@ def session_value(token: str) -> str:
 
 
 class Gate:
-    """ASGI middleware: sign-in when a token is set, the CSRF cookie, security headers."""
+    """ASGI middleware: the Host check, sign-in when a token is set, the Origin check of
+    every mutating request, the CSRF cookie, security headers."""
 
-    def __init__(self, app: ASGIApp, token: str | None) -> None:
+    def __init__(self, app: ASGIApp, config: DashboardConfig) -> None:
         self.app = app
-        self.token = token
+        self.token = config.token
+        self.hosts = HostRule(config.host, parse_allowed(config.allowed_hosts))
+        self.csrf = CsrfTokens(config.token)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         request = Request(scope)
-        sent = request.cookies.get(CSRF_COOKIE, "")
-        csrf = sent if len(sent) >= 32 else secrets.token_urlsafe(32)
-        scope.setdefault("state", {})["csrf"] = csrf
-        scope["state"]["bearer"] = self._bearer(request)
-        cookie = "" if csrf == sent else _cookie(CSRF_COOKIE, csrf)
-        wrapped = _with_headers(send, cookie)
-        if self.token and not self._signed_in(request):
-            await _sign_in_first(request)(scope, receive, wrapped)
+        local = scope.get("server")
+        refusal = self.hosts.host_refusal(request.headers.get("host"), local)
+        if refusal:  # nothing of this dashboard is shown to a name that is not its own
+            await PlainTextResponse(refusal, 400)(scope, receive, _with_headers(send, ""))
             return
-        await self.app(scope, receive, wrapped)
+        sent = request.cookies.get(CSRF_COOKIE, "")
+        csrf = sent if self.csrf.issued(sent) else self.csrf.issue()
+        scope.setdefault("state", {})["csrf"] = csrf
+        scope["state"]["bearer"] = bearer = self._bearer(request)
+        wrapped = _with_headers(send, "" if csrf == sent else _cookie(CSRF_COOKIE, csrf))
+        refusal = ""
+        if request.method in MUTATING and not bearer:
+            origin = request.headers.get("origin")
+            refusal = self.hosts.origin_refusal(origin, request.url.scheme, local)
+        if refusal:
+            await refuse(request, DashboardError(403, refusal))(scope, receive, wrapped)
+        elif self.token and not self._signed_in(request):
+            await _sign_in_first(request)(scope, receive, wrapped)
+        else:
+            await self.app(scope, receive, wrapped)
 
     def _bearer(self, request: Request) -> bool:
         scheme, _, value = request.headers.get("authorization", "").partition(" ")
@@ -130,20 +153,19 @@ async def read_form(request: Request) -> dict[str, str]:
 
 
 async def checked_form(request: Request, *, acting: bool = True) -> dict[str, str]:
-    """The form of a POST that passed the checks every action must pass: CSRF token and
-    origin, and (for an `acting` request, anything but signing in) not read-only."""
+    """The form of a POST that passed the checks every action must pass (its Host and
+    Origin were checked by the Gate): the CSRF token, one this dashboard issued, and (for
+    an `acting` request, anything but signing in) not read-only."""
     config: DashboardConfig = request.app.state.config
     if acting and config.read_only:
         raise DashboardError(403, "this dashboard is read-only (--read-only): nothing was done")
     form = await read_form(request)
     if request.scope["state"]["bearer"]:
         return form
-    origin = request.headers.get("origin", "null")
-    if origin != "null" and origin.split("://", 1)[-1] != request.headers.get("host", ""):
-        raise DashboardError(403, f"refused: a request from another site ({origin})")
     given = request.headers.get(CSRF_HEADER) or form.get("csrf")
     cookie = request.cookies.get(CSRF_COOKIE, "")
-    if not isinstance(given, str) or not cookie or not _same(given, cookie):
+    issued = cookie == request.scope["state"]["csrf"]  # the Gate kept it: it signed it
+    if not isinstance(given, str) or not issued or not _same(given, cookie):
         raise DashboardError(403, "refused: the CSRF token is missing or wrong; reload the page")
     return form
 

@@ -35,9 +35,12 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 def address(sock: socket.socket, host: str) -> str:
-    """The URL a browser opens for a dashboard listening on `sock`."""
+    """The URL a browser opens for a dashboard listening on `sock` (for a bind to every
+    address: its loopback address, one whose `Host` it answers to)."""
     port = sock.getsockname()[1]
-    shown = "127.0.0.1" if host in ("0.0.0.0", "") else f"[{host}]" if ":" in host else host
+    bare = host.strip("[]")
+    everywhere = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "[::1]"}
+    shown = everywhere.get(bare) or (f"[{bare}]" if ":" in bare else bare)
     return f"http://{shown}:{port}/"
 
 

@@ -1,6 +1,6 @@
 """Plain HTTP to a dashboard, as a script would talk to it: cookies kept, redirects not
 followed (an action answers 303), every call run off the event loop (the tests' workers
-share that loop)."""
+share that loop). A POST carries the dashboard's own `Origin`, as a browser's would."""
 
 from __future__ import annotations
 
@@ -49,6 +49,7 @@ class Http:
         form: dict[str, str] | None = None,
         headers: dict[str, str] | None = None,
     ) -> Reply:
+        """One request as given (a `Host` header replaces the URL's)."""
         data = urllib.parse.urlencode(form).encode() if form is not None else None
         req = urllib.request.Request(
             self.base + path, data=data, method=method, headers=headers or {}
@@ -62,13 +63,23 @@ class Http:
     async def get(self, path: str, **headers: str) -> Reply:
         return await asyncio.to_thread(self.request, "GET", path, None, _names(headers))
 
-    async def post(self, path: str, form: dict[str, str] | None = None, **headers: str) -> Reply:
+    async def post(
+        self, path: str, form: dict[str, str] | None = None, **headers: str | None
+    ) -> Reply:
         """POST with this client's CSRF token (fetched first if it has none), unless the
-        form already says `csrf`."""
+        form already says `csrf`, and with the dashboard's own `Origin` unless `origin=`
+        says another (None: no Origin header at all)."""
         if self.cookie("taskq_csrf") is None:
             await self.get("/static/dashboard.css")
         fields = {"csrf": self.cookie("taskq_csrf") or "", **(form or {})}
-        return await asyncio.to_thread(self.request, "POST", path, fields, _names(headers))
+        sent = _names({"origin": self.base, **headers})
+        return await asyncio.to_thread(self.request, "POST", path, fields, sent)
+
+    async def send(
+        self, method: str, path: str, form: dict[str, str] | None = None, **headers: str
+    ) -> Reply:
+        """A request exactly as given: no CSRF token fetched or added, no Origin."""
+        return await asyncio.to_thread(self.request, method, path, form, _names(headers))
 
     async def api(self, path: str) -> Any:
         """GET /api<path> and its JSON, checking the status is 200."""
@@ -77,6 +88,6 @@ class Http:
         return reply.json()
 
 
-def _names(headers: dict[str, str]) -> dict[str, str]:
-    """`x_csrf_token=...` keyword arguments as `X-Csrf-Token` headers."""
-    return {k.replace("_", "-"): v for k, v in headers.items()}
+def _names(headers: dict[str, str | None]) -> dict[str, str]:
+    """`x_csrf_token=...` keyword arguments as `x-csrf-token` headers (None: not sent)."""
+    return {k.replace("_", "-"): v for k, v in headers.items() if v is not None}

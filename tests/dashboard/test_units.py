@@ -1,5 +1,6 @@
 """Pure parts of the dashboard: when schedules fire next, where a dashboard may listen,
-what it shows of its NATS URL, workflow ids; and `taskq demo --dashboard`."""
+which Host and Origin it answers to, its CSRF tokens, what it shows of its NATS URL,
+workflow ids; and `taskq demo --dashboard`."""
 
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ import pytest
 
 from taskq.cron import next_fire, parse_cron
 from taskq.dashboard.config import DashboardConfig, UnsafeBind, check_bind, is_loopback
+from taskq.dashboard.csrf import CsrfTokens
+from taskq.dashboard.hosts import HostRule, parse_allowed
+from taskq.dashboard.serve import address
 from taskq.errors import ConfigError
 from taskq.flow_story import flow_id_of
 from taskq.settings import Settings
@@ -67,6 +71,89 @@ def test_only_loopback_binds_need_no_token() -> None:
         with pytest.raises(UnsafeBind, match=f"refusing to listen on {host} without a token"):
             check_bind(host, None)
         check_bind(host, "a-token")
+
+
+LOOPBACK_HOSTS = ["127.0.0.1:8787", "localhost:8787", "LocalHost:8787", "[::1]:8787"]
+FOREIGN = ["attacker.example:8787", "attacker.example", "user@127.0.0.1:8787", ""]
+
+
+@pytest.mark.parametrize(
+    ("bind", "local", "admitted", "refused"),
+    [
+        (
+            "127.0.0.1",
+            ("127.0.0.1", 8787),
+            [*LOOPBACK_HOSTS, "[0:0:0:0:0:0:0:1]:8787"],
+            [*FOREIGN, "127.0.0.1", "127.0.0.1:8788", "127.0.0.2:8787", "localhost.:8787"],
+        ),
+        ("127.0.0.2", ("127.0.0.2", 8787), ["127.0.0.2:8787", *LOOPBACK_HOSTS], FOREIGN),
+        # every address: the IP literal the request arrived at (loopback names on loopback)
+        ("0.0.0.0", ("192.168.1.5", 8787), ["192.168.1.5:8787"], [*FOREIGN, "127.0.0.1:8787"]),
+        ("0.0.0.0", ("127.0.0.1", 8787), LOOPBACK_HOSTS, [*FOREIGN, "192.168.1.5:8787"]),
+        ("::", ("::ffff:127.0.0.1", 8787), LOOPBACK_HOSTS, FOREIGN),
+        ("::", ("fe80::1", 8787), ["[fe80::1]:8787"], [*FOREIGN, "localhost:8787"]),
+        ("192.168.1.5", ("192.168.1.5", 80), ["192.168.1.5", "192.168.1.5:80"], ["localhost:80"]),
+        ("dash.internal", ("10.1.2.3", 8787), ["dash.internal:8787"], ["10.1.2.3:8787"]),
+    ],
+)
+def test_the_hosts_a_dashboard_answers_to(
+    bind: str, local: tuple[str, int], admitted: list[str], refused: list[str]
+) -> None:
+    rule = HostRule(bind)
+    for host in admitted:
+        assert rule.host_refusal(host, local) == "", host
+    for host in refused:
+        assert rule.host_refusal(host, local).startswith("refused: "), host
+
+
+def test_the_allow_list_adds_names_on_any_port_or_on_one() -> None:
+    rule = HostRule("127.0.0.1", parse_allowed(["dash.example", "Proxy.Example:8443"]))
+    local = ("127.0.0.1", 8787)
+    for host in ("dash.example", "dash.example:9", "proxy.example:8443", "localhost:8787"):
+        assert rule.host_refusal(host, local) == "", host
+    for host in ("proxy.example", "proxy.example:443", "x.dash.example", "dash.example.evil"):
+        assert rule.host_refusal(host, local) != "", host
+    for bad in ("", "a/b", "u@h", "h:0", "h:65536", "h:x", "::1", "[::1", "*.example"):
+        with pytest.raises(ConfigError, match="is not a host name or IP address"):
+            DashboardConfig(Settings(), allowed_hosts=(bad,))
+
+
+def test_an_action_s_origin_is_the_dashboard_s_own_or_an_allowed_host() -> None:
+    rule = HostRule("127.0.0.1", parse_allowed(["dash.example"]))
+    local = ("127.0.0.1", 8787)
+    for origin in ("http://127.0.0.1:8787", "http://localhost:8787", "https://dash.example"):
+        assert rule.origin_refusal(origin, "http", local) == "", origin
+    assert rule.origin_refusal("https://127.0.0.1:8787", "https", local) == ""  # behind TLS
+    assert rule.origin_refusal(None, "http", local).endswith("it had none")
+    assert rule.origin_refusal("null", "http", local).endswith("it had null")
+    for origin in ("https://127.0.0.1:8787", "http://127.0.0.1", "ftp://dash.example", "x"):
+        assert "another site" in rule.origin_refusal(origin, "http", local), origin
+
+
+def test_the_announced_address_is_one_the_dashboard_answers_to() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        shown = {host: address(sock, host) for host in ("0.0.0.0", "::", "[::1]", "dash.lan")}
+    assert shown == {
+        "0.0.0.0": f"http://127.0.0.1:{port}/",
+        "::": f"http://[::1]:{port}/",
+        "[::1]": f"http://[::1]:{port}/",
+        "dash.lan": f"http://dash.lan:{port}/",
+    }
+
+
+def test_csrf_tokens_are_those_the_dashboard_signed() -> None:
+    tokens = CsrfTokens(None)
+    issued = tokens.issue()
+    assert tokens.issued(issued) and len(issued) >= 32 and issued != tokens.issue()
+    nonce, mac = issued.split(".")
+    for forged in ("x" * 43, f"{nonce}.{mac[:-1]}A", f"{nonce}x.{mac}", nonce, "", "."):
+        assert not tokens.issued(forged), forged
+    assert not CsrfTokens(None).issued(issued)  # another process: another random key
+    # dashboards sharing a token accept each other's (behind a load balancer)
+    assert CsrfTokens("t").issued(CsrfTokens("t").issue())
+    assert not CsrfTokens("u").issued(CsrfTokens("t").issue())
 
 
 def test_the_server_label_never_holds_credentials() -> None:
