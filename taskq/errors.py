@@ -303,6 +303,15 @@ class StorageFull(BrokerError):
 QueueFull = StorageFull  # the name users look for around `enqueue`
 
 
+class ConnectionLost(TaskqError):
+    """The connection to NATS was closed for good while a worker ran: it stops, and its
+    process exits non-zero so a supervisor (`-p N`, systemd, Kubernetes) starts it again."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        super().__init__(f"lost the connection to NATS at {url} for good: worker stopped")
+
+
 class UnsafeName(TaskqError, ValueError):
     """A subject or header value taskq was about to send that NATS cannot carry as it is
     (white space, a wildcard, a line break, too long): refused before it reaches the

@@ -52,6 +52,7 @@ class WorkerRecord(BaseModel):
     heartbeat_at: str
     counts: dict[str, int] = Field(default_factory=dict)
     running: list[RunningTask] = Field(default_factory=list)
+    problem: str | None = None  # why it is unhealthy (a fetch loop failing); None: healthy
 
     @property
     def key(self) -> str:

@@ -120,7 +120,7 @@ class Admission:
             if flow.rate_key is None
             else token(key_of(flow.rate_key, task.validator.signature, args, kwargs))
         )
-        await ensure_rates(self.client)
+        await ensure_rates(self.client, flow.rate.period)
         windows = RateWindows(self.client, task.name, key, flow.rate)
         if windows.ticket_ok(job.delivery.header(TICKET), time.time()):
             return None  # its window was reserved when it was held

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
+from collections.abc import Callable
 
 from taskq import __version__
 from taskq.client import Client
@@ -23,10 +24,17 @@ COUNTED = ("succeeded", "retried", "dead", "cancelled")
 class ControlPlane:
     """Started before the worker's first fetch, closed after its last settle."""
 
-    def __init__(self, client: Client, judge: Judge, stats: Counter[str]) -> None:
+    def __init__(
+        self,
+        client: Client,
+        judge: Judge,
+        stats: Counter[str],
+        problem: Callable[[], str | None] = lambda: None,
+    ) -> None:
         self._client = client
         self._judge = judge
         self._stats = stats
+        self._problem = problem
         self.cancels = CancelWatch(judge.cancel)
         self.progress = ProgressWriter(client)
         self._stopping = asyncio.Event()
@@ -38,7 +46,7 @@ class ControlPlane:
         await self.cancels.start(self._client)
         self._judge.cancels = self.cancels
         self._judge.reporter = self.progress.report
-        beat = Heartbeat(self._client, record, self._counts, self._running)
+        beat = Heartbeat(self._client, record, self._counts, self._running, self._problem)
         await beat.first()
         self._beat = asyncio.create_task(beat.run(self._stopping))
 

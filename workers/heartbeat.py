@@ -26,11 +26,13 @@ class Heartbeat:
         record: WorkerRecord,
         counts: Callable[[], dict[str, int]],
         running: Callable[[], list[RunningTask]],
+        problem: Callable[[], str | None] = lambda: None,
     ) -> None:
         self._client = client
         self.record = record
         self._counts = counts
         self._running = running
+        self._problem = problem
 
     async def first(self) -> None:
         """The bucket and the first beat, awaited before the worker's first fetch: a worker
@@ -56,6 +58,7 @@ class Heartbeat:
         self.record.heartbeat_at = now_iso()
         self.record.counts = self._counts()
         self.record.running = self._running()[:LISTED]
+        self.record.problem = self._problem()
         body = self.record.model_dump_json().encode()
         try:
             await self._client.connection.kv.put(bucket, self.record.key, body)

@@ -10,14 +10,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import traceback
 from collections import Counter
 from typing import Any
 
 from taskq.app import App
 from taskq.client import Client
 from taskq.dlq.sweeper import run_sweeper
-from taskq.errors import BrokerError, NotFound, TaskqError, TransientError
+from taskq.errors import BrokerError, ConnectionLost, NotFound, TaskqError, TransientError
 from taskq.nats import Delivery, Puller
+from taskq.policy import Dead, Failure
 from taskq.retrying import retry_transient
 from taskq.task import Task
 from taskq.workers.admission import Admission
@@ -82,6 +84,8 @@ class Worker:
         self._judge = Judge(app, runners, self._leases)
         self._control: ControlPlane | None = None
         self._admission: Admission | None = None
+        self._failing: dict[str, str] = {}  # fetch loop -> why its last fetch failed
+        self.lost: ConnectionLost | None = None  # set when the connection died for good
 
     # -- lifecycle -------------------------------------------------------------------------
     def stop(self) -> None:
@@ -112,7 +116,7 @@ class Worker:
         await self.app.hooks.run_start()
         if self._pool is not None:
             await self._pool.start()
-        self._control = ControlPlane(client, self._judge, self.stats)
+        self._control = ControlPlane(client, self._judge, self.stats, self.problem)
         await self._control.start(
             worker_record(self.queues, self.concurrency, self._pool.size if self._pool else None)
         )
@@ -123,6 +127,7 @@ class Worker:
         loops.append(asyncio.create_task(levels.run(self._stopping)))
         # fired schedules (delayed, periodic, held tasks) into their queues
         loops += [asyncio.create_task(run_mover(client, q, self._stopping)) for q in self.queues]
+        loops.append(asyncio.create_task(self._watch_connection(client)))
         if self.sweeper:
             # Every worker sweeps crash-looped messages on one shared durable consumer.
             loops.append(asyncio.create_task(run_sweeper(client, self._stopping)))
@@ -131,6 +136,31 @@ class Worker:
             await self._stopping.wait()
         finally:
             await self._shut_down(client, loops)
+        if self.lost is not None:
+            raise self.lost
+
+    def problem(self) -> str | None:
+        """Why this worker is unhealthy (a fetch loop whose last fetch failed), or None."""
+        if not self._failing:
+            return None
+        key, why = next(iter(self._failing.items()))
+        more = f" (+{len(self._failing) - 1} more)" if len(self._failing) > 1 else ""
+        return f"fetching from {key} fails: {why}{more}"
+
+    async def _watch_connection(self, client: Client) -> None:
+        """Stop at once when the connection dies for good: nothing could settle, and a
+        live process doing nothing would hide it. `run` then raises ConnectionLost."""
+        waiting = asyncio.create_task(client.connection.wait_lost())
+        stopping = asyncio.create_task(self._stopping.wait())
+        try:
+            await asyncio.wait({waiting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiting.cancel()
+            stopping.cancel()
+        if waiting.done() and not waiting.cancelled() and not self.stopping:
+            self.lost = ConnectionLost(self.app.settings.url)
+            self.grace = 0.0  # running tasks cannot settle: they come back after ack_wait
+            self.stop()
 
     def _log_ready(self) -> None:
         log.info(
@@ -204,7 +234,9 @@ class Worker:
                 async for delivery in puller.stream(taken, linger):
                     taken -= 1
                     self._start(setup, delivery)
+                self._failing.pop(setup.where, None)
             except (TransientError, BrokerError) as exc:
+                self._failing[setup.where] = str(exc)[:200]
                 puller = await self._recover(setup, puller, exc)
             finally:
                 self._slots.release(taken)
@@ -267,14 +299,31 @@ class Worker:
             with contextlib.suppress(Exception):
                 await asyncio.shield(job.delivery.nak())
             self.stats["interrupted"] += 1
-        except Exception:
-            # Never crash the worker: leave the message for redelivery after a pause.
-            log.exception("unexpected error handling seq %s; will be redelivered", job.delivery.seq)
-            with contextlib.suppress(Exception):
-                await job.delivery.nak(delay=5.0)
+        except Exception as exc:
+            await self._settle_failure(job, exc)
         finally:
             if job.permit and self._admission is not None:  # a per-key slot, after settling
                 await asyncio.shield(self._admission.release(job))
+
+    async def _settle_failure(self, job: Job, exc: Exception) -> None:
+        """An error taskq did not expect while handling one message: a transient NATS
+        failure hands it back for later; anything else is this message's doing (its body
+        made taskq fail), so it is dead-lettered as `crashed` with the traceback, never
+        redelivered in a loop. If even that fails, it is handed back."""
+        assert self._settler is not None
+        if isinstance(exc, TransientError | BrokerError):
+            log.warning("handling seq %s failed, handed back: %s", job.delivery.seq, exc)
+        else:
+            log.error("handling seq %s failed: %r; dead-lettering it", job.delivery.seq, exc)
+            try:
+                why = f"taskq failed on this message: {type(exc).__name__}: {exc}"[:500]
+                failure = Failure(exc, traceback.format_exc())
+                await self._settler.settle_alone(job, Dead("crashed", why), failure)
+                return
+            except Exception:
+                log.exception("dead-lettering seq %s failed; handed back", job.delivery.seq)
+        with contextlib.suppress(Exception):
+            await job.delivery.nak(delay=5.0)
 
 
 def _pool_for(

@@ -46,7 +46,7 @@ def table(found: list[WorkerRecord]) -> str:
         return "no workers"
     lines = [
         f"{'WORKER':28} {'QUEUES':20} {'CONC':>5} {'POOL':>4} {'RUNNING':>7} {'DONE':>7} "
-        f"{'RETRIED':>7} {'DEAD':>5} {'UPTIME':>8} {'BEAT':>5}"
+        f"{'RETRIED':>7} {'DEAD':>5} {'CANCELLED':>9} {'UPTIME':>8} {'BEAT':>5}  STATUS"
     ]
     for w in found:
         counts = w.counts
@@ -54,8 +54,11 @@ def table(found: list[WorkerRecord]) -> str:
             f"{w.id[:28]:28} {','.join(w.queues)[:20]:20} {w.concurrency:>5} "
             f"{w.pool_size or '-':>4} {len(w.running):>7} {counts.get('succeeded', 0):>7} "
             f"{counts.get('retried', 0):>7} {counts.get('dead', 0):>5} "
-            f"{_span(w.uptime()):>8} {w.heartbeat_age():>4.0f}s"
+            f"{counts.get('cancelled', 0):>9} {_span(w.uptime()):>8} {w.heartbeat_age():>4.0f}s"
+            f"  {'unhealthy' if w.problem else 'ok'}"
         )
+        if w.problem:
+            lines.append(f"    unhealthy: {w.problem}")
         for task in w.running[:10]:
             lines.append(
                 f"    running {task.task}[{task.id}] attempt {task.attempt} since {task.started_at}"

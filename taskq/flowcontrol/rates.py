@@ -12,7 +12,8 @@ that window opens, carrying a ticket for it: it then runs without counting again
 task is re-published once, however long the backlog.
 
 Fixed windows: at most N starts per window; with `/m` and `/h` a window's N may start
-together at its beginning. Counters of past windows age out of the stream.
+together at its beginning. Counters live in one stream per period length and age out of it
+(taskq.topology.specs.rates_stream): their number is bounded by what a horizon can hold.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 
 from taskq.client import Client
 from taskq.flowcontrol.options import Rate
-from taskq.topology.specs import RATE_HORIZON
+from taskq.topology.specs import rate_horizon
 
 LIMIT_HEADER = "Taskq-Limit"  # kept on each counter message: `taskq limits` reads it
 LATE = 1.0  # seconds a ticket stays good after its window closed (schedules fire late)
@@ -48,7 +49,7 @@ class RateWindows:
         self.rate = rate
 
     def subject(self, window: int) -> str:
-        return self.client.names.rate_subject(window, self.key, self.task)
+        return self.client.names.rate_subject(self.rate.period, window, self.key, self.task)
 
     def window(self, at: float) -> int:
         return math.floor(at / self.rate.period)
@@ -65,7 +66,7 @@ class RateWindows:
 
     async def admit(self) -> Verdict:
         """Take a place in the current window, or reserve one in a later window."""
-        now = time.time()
+        now, horizon = time.time(), rate_horizon(self.rate.period)
         current = self.window(now)
         total = await self._count(current)
         target = current
@@ -73,11 +74,11 @@ class RateWindows:
             if total <= self.rate.limit:
                 return self._verdict(current, target)
             target += max(1, math.ceil((total - self.rate.limit) / self.rate.limit))
-            if (target - current) * self.rate.period > RATE_HORIZON:
+            if (target - current) * self.rate.period > horizon:
                 break
             total = await self._count(target)
         # too far ahead to reserve (counters age out): come back later and try again
-        return Verdict(target, now + RATE_HORIZON / 2)
+        return Verdict(target, now + horizon / 2)
 
     def _verdict(self, current: int, target: int) -> Verdict:
         if target == current:

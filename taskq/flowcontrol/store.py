@@ -16,9 +16,9 @@ async def ensure_limits(client: Client) -> str:
     return spec.name
 
 
-async def ensure_rates(client: Client) -> str:
-    """The `<PREFIX>_RATES` stream (counters), created if missing; its name."""
-    spec = rates_stream(client.names, client.settings)
+async def ensure_rates(client: Client, period: float) -> str:
+    """The `<PREFIX>_RATES_<period>` stream (counters), created if missing; its name."""
+    spec = rates_stream(client.names, client.settings, period)
     await _ensure_once(client, spec.name, lambda: client.connection.streams.ensure(spec))
     return spec.name
 

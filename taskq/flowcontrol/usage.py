@@ -149,17 +149,17 @@ async def _rate(client: Client, decl: dict[str, Any], held: Counter[str]) -> Lim
     use = LimitUse(task, str(decl["queue"]), "rate_limit", text + keyed)
     period = {"s": 1.0, "m": 60.0, "h": 3600.0}[text.rsplit("/", 1)[1]]
     window = math.floor(time.time() / period)
-    stream, names = client.names.rates_stream, client.names
+    stream, names = client.names.rates_stream(period), client.names
     try:
         state = await client.connection.streams.state(
-            stream, subjects_filter=names.rate_subject(window, "*", task)
+            stream, subjects_filter=names.rate_subject(period, window, "*", task)
         )
     except NotFound:
         return use
     for subject in state.subjects:
         stored = await client.connection.messages.last(stream, subject)
         if stored is not None:
-            key = subject.split(".")[3]
+            key = subject.split(".")[4]
             count = int(json.loads(stored.data).get("val", 0))
             use.keys[key if key != ALL else "-"] = count
     use.in_use = sum(use.keys.values())

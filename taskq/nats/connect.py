@@ -26,13 +26,13 @@ class Events:
         self.guard = guard
         self.live = False
         self.refused = False
+        self.lost = asyncio.Event()  # closed for good while live (not by us): no reconnect
         self.last: Exception | None = None  # while connecting: why the last attempt failed
 
     async def error(self, exc: Exception) -> None:
-        if not self.live:
-            self.last = exc
-            if isinstance(exc, ssl.SSLError):
-                raise exc  # a TLS failure will not pass on retry: end the first connect now
+        self.last = exc  # while connecting: why the last attempt failed
+        if not self.live and isinstance(exc, ssl.SSLError):
+            raise exc  # a TLS failure will not pass on retry: end the first connect now
         text = str(exc)
         if isinstance(exc, nats.errors.AuthorizationError) or "authorization" in text.lower():
             self.refused = True  # wrong credentials: reported as PermissionDenied at connect
@@ -48,6 +48,13 @@ class Events:
     async def reconnected(self) -> None:
         if self.live:
             log.info("NATS: reconnected")
+
+    async def closed(self) -> None:
+        # nats-py closes for good on some server errors (a protocol violation): nothing on
+        # this connection works any more, and it never reconnects
+        if self.live:
+            log.error("NATS: connection closed for good: %s", self.last or "no reason given")
+            self.lost.set()
 
 
 async def open_client(settings: Settings, name: str, events: Events) -> Client:
@@ -88,6 +95,7 @@ def connect_options(settings: Settings, name: str, events: Events) -> dict[str, 
         "error_cb": events.error,
         "disconnected_cb": events.disconnected,
         "reconnected_cb": events.reconnected,
+        "closed_cb": events.closed,
     }
     options.update(_credentials(settings))
     tls = _tls_context(settings)

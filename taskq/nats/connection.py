@@ -71,6 +71,10 @@ class Connection:
     def connected(self) -> bool:
         return bool(self._nc.is_connected)
 
+    async def wait_lost(self) -> None:
+        """Return when the connection is closed for good, by anything but `close()`."""
+        await self._events.lost.wait()
+
     async def close(self) -> None:
         self._events.live = False
         # flush (settles and publishes reach the server), then close: `drain()` would wait

@@ -264,14 +264,14 @@ class Names:
     def limits_filter(self) -> str:
         return f"{self.prefix}.limit.>"
 
-    @property
-    def rates_stream(self) -> str:
-        return f"{self._up}_RATES"
+    # rate-limit windows: one stream per period length (1, 60, 3600 s), so counters age out
+    # with their period's horizon, not the longest one's
+    def rates_stream(self, period: float) -> str:
+        return f"{self._up}_RATES_{int(period)}"
 
-    def rate_subject(self, window: int, token: str, task: str) -> str:
-        """The counter of rate-limit window `window` for a task (and key token)."""
-        return f"{self.prefix}.rate.{window}.{token}.{task}"
+    def rate_subject(self, period: float, window: int, token: str, task: str) -> str:
+        """The counter of window `window` of a `period`-long rate limit of a task (and key)."""
+        return f"{self.prefix}.rate.{int(period)}.{window}.{token}.{task}"
 
-    @property
-    def rates_filter(self) -> str:
-        return f"{self.prefix}.rate.>"
+    def rates_filter(self, period: float) -> str:
+        return f"{self.prefix}.rate.{int(period)}.>"
