@@ -165,9 +165,10 @@ class EmbeddedServer:
             log.warning("nats-server on %s exited at start (%s)", self.url, process.returncode)
             self.process = None
             if not self.port or time.monotonic() > deadline:
+                command = " ".join(self.command())
+                self._drop_config()
                 raise ServerError(
-                    f"nats-server exited with code {process.returncode} "
-                    f"(command: {' '.join(self.command())})"
+                    f"nats-server exited with code {process.returncode} (command: {command})"
                 )
 
     def _wait_port_free(self, deadline: float) -> None:

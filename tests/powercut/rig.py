@@ -17,8 +17,9 @@ from pathlib import Path
 from taskq import App
 from taskq.server import EmbeddedServer
 from tests.cluster import Cluster, ready
-from tests.conftest import WorkerProcess
+from tests.conftest import WorkerProcess, wait_until
 from tests.powercut.mount import PowerCutMount
+from tests.powercut.streams import streams_led
 
 
 @dataclass
@@ -77,9 +78,15 @@ class Rig:
         await self.ready()
 
     async def ready(self) -> None:
-        """A cluster has elected its JetStream meta leader (a single server: at once)."""
+        """A cluster has elected its JetStream meta leader and a leader for every stream
+        (a single server: at once)."""
         if self.cluster:
             await ready(self.cluster.url, timeout=60)
+            await wait_until(lambda: streams_led(self.cluster_url()), timeout=60, every=0.25)
+
+    def cluster_url(self) -> str:
+        assert self.cluster is not None
+        return self.cluster.url
 
     def app(self, prefix: str, configure: App | None = None) -> App:
         """`configure` pointed at the rig (as `--url/--prefix` do), or a fresh App."""

@@ -5,10 +5,29 @@ from __future__ import annotations
 import json
 
 import nats
+from nats.errors import Error as NatsError
 from nats.js.errors import NotFoundError
 
 from taskq import App
 from taskq.errors import NotFound
+
+
+async def streams_led(url: str) -> bool:
+    """Whether every stream on the server at `url` has a leader and answers (after a
+    cluster's restart, each stream elects its own, one after another)."""
+    try:
+        nc = await nats.connect(servers=url.split(","), allow_reconnect=False)
+    except (NatsError, OSError):
+        return False
+    try:  # a raw listing: nats-py drops its `missing` (streams that did not answer)
+        reply = json.loads((await nc.request("$JS.API.STREAM.LIST", b"{}", timeout=2)).data)
+    except (NatsError, OSError, ValueError):
+        return False
+    finally:
+        await nc.close()
+    streams = reply.get("streams") or []
+    led = all((i.get("cluster") or {}).get("leader") for i in streams)
+    return "error" not in reply and not reply.get("missing") and led
 
 
 async def ids_in_stream(app: App, stream: str) -> set[str]:

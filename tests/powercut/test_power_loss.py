@@ -37,7 +37,9 @@ from tests.powercut.rig import Rig
 from tests.powercut.streams import ids_in_stream
 from tests.reliability.ledger import all_done, runs
 
-TOPOLOGIES = ["single", pytest.param("cluster", marks=pytest.mark.slow)]
+# a cluster's restart elects a leader per stream: slower, so run with `-m slow`
+CLUSTER = pytest.param("cluster", marks=[pytest.mark.slow, pytest.mark.timeout(300)])
+TOPOLOGIES = ["single", CLUSTER]
 RELIABLE = "tests.apps.reliable:app"
 POWERED = "tests.apps.powered:app"
 
@@ -59,7 +61,7 @@ async def stored_ids(app: App) -> set[str]:
         return set()
 
 
-@pytest.mark.parametrize("topology", ["single", pytest.param("cluster", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("topology", TOPOLOGIES)
 @pytest.mark.parametrize("sync", [None, "always"], ids=["default-sync", "sync-always"])
 async def test_acknowledged_enqueues_after_a_power_cut(
     rig: Callable[..., Awaitable[Rig]], prefix: str, topology: str, sync: str | None
@@ -162,6 +164,10 @@ async def test_stored_state_survives_a_power_cut(
     await worker.wait_ready()
     made = await set_up_state(app)
     before = await snapshot(app)
+    at = app.names
+    kept = [at.dlq_stream, at.limits_stream, at.queue_stream("later")]
+    kept += [f"KV_{b}" for b in (at.flows_bucket, at.cancels_bucket, at.workers_bucket)]
+    assert all(before.get(stream, (0, 0))[0] > 0 for stream in kept), before
     servers.power_cut()
     await app.aclose()
     await servers.power_on()
