@@ -11,7 +11,8 @@ the journals of ext4 and XFS commit them. The power cut SIGKILLs every server an
 of the rig in one go, so nothing more reaches the filesystem, then restarts the servers on
 the durable image alone. That is the worst case a real disk allows (it would often have
 written some pages back meanwhile), which is the case to design for. Not modelled: a disk
-that lies about flushing its cache, torn sector writes.
+that lies about flushing its cache, torn sector writes, and filesystems stricter than a
+journal, on which a new file's name survives only once its own directory is fsynced.
 
 Each test checks what the producers were told: a task whose enqueue was acknowledged must
 run (at least once), and a task whose message was acknowledged must have its result record.
