@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -19,9 +20,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from taskq.errors import TaskqError
+from taskq.errors import ConfigError, TaskqError
 
 log = logging.getLogger("taskq.server")
+
+# nats-server's `jetstream { sync_interval }`: `always` (fsync every write) or a Go duration
+_SYNC = re.compile(r"always|(\d+(\.\d+)?(ns|us|ms|s|m|h))+")
 
 
 class ServerError(TaskqError):
@@ -54,6 +58,13 @@ def port_open(host: str, port: int) -> bool:
         return False
 
 
+def sync_setting(value: str | None) -> str | None:
+    """`value` checked as a `sync_interval`: `always` or a duration (`2m`, `500ms`)."""
+    if value is None or _SYNC.fullmatch(value.strip()):
+        return value.strip() if value else None
+    raise ConfigError(f"sync must be 'always' or a duration such as 2m or 10s, not {value!r}")
+
+
 class EmbeddedServer:
     """One nats-server process with JetStream on a loopback port and a store directory.
 
@@ -62,6 +73,10 @@ class EmbeddedServer:
     `stop()` or `kill()`), it binds the same ports, so clients reconnect to the same
     address; a port still taken then is waited for, within the start timeout. Ports a
     config must name ahead (cluster routes) come from `taskq.ports.lease_port()`.
+
+    `sync` is JetStream's `sync_interval`: `"always"` fsyncs every write before the server
+    acknowledges it (survives power loss), a duration fsyncs that often; None keeps the
+    server's default (2 minutes). With a `config`, the config file says it instead.
     """
 
     def __init__(
@@ -72,7 +87,11 @@ class EmbeddedServer:
         config: str | None = None,
         extra_args: tuple[str, ...] = (),
         log_file: str | os.PathLike[str] | None = None,
+        sync: str | None = None,
     ) -> None:
+        if sync and config:
+            raise ConfigError("sync and a config file both given: set sync_interval in the config")
+        self.sync = sync_setting(sync)
         self.host = host
         self.port = port or 0  # 0 until the first start has bound one
         self.ports: dict[str, list[str]] = {}  # what the server reported: nats, cluster...
@@ -81,6 +100,7 @@ class EmbeddedServer:
         self.extra_args = extra_args
         self.log_file = Path(log_file) if log_file else None
         self.process: subprocess.Popen[bytes] | None = None
+        self._conf_dir: Path | None = None  # holds the generated config for `sync`
 
     @property
     def url(self) -> str:
@@ -101,7 +121,18 @@ class EmbeddedServer:
             cmd += ["-c", self.config]
         else:
             cmd += ["-sd", str(self.store_dir)]
+            if self.sync:  # no flag for it: a config holding only that (flags win over it)
+                cmd += ["-c", str(self._sync_config())]
         return cmd + list(self.extra_args)
+
+    def _sync_config(self) -> Path:
+        """A config with only `jetstream { sync_interval }`, in a directory of our own (not
+        the store: a config there would share the store's fate in a crash)."""
+        if self._conf_dir is None or not self._conf_dir.exists():
+            self._conf_dir = Path(tempfile.mkdtemp(prefix="taskq-nats-conf-"))
+        path = self._conf_dir / "sync.conf"
+        path.write_text(f"jetstream {{ sync_interval: {self.sync} }}\n")
+        return path
 
     def spawn(
         self, foreground_output: bool = False, ports_dir: Path | None = None
@@ -134,9 +165,10 @@ class EmbeddedServer:
             log.warning("nats-server on %s exited at start (%s)", self.url, process.returncode)
             self.process = None
             if not self.port or time.monotonic() > deadline:
+                command = " ".join(self.command())
+                self._drop_config()
                 raise ServerError(
-                    f"nats-server exited with code {process.returncode} "
-                    f"(command: {' '.join(self.command())})"
+                    f"nats-server exited with code {process.returncode} (command: {command})"
                 )
 
     def _wait_port_free(self, deadline: float) -> None:
@@ -170,6 +202,7 @@ class EmbeddedServer:
     def stop(self, timeout: float = 10.0) -> None:
         """Stop gracefully (SIGTERM), then kill if it lingers."""
         proc, self.process = self.process, None
+        self._drop_config()
         if proc is None or proc.poll() is not None:
             return
         proc.terminate()
@@ -182,9 +215,16 @@ class EmbeddedServer:
     def kill(self) -> None:
         """SIGKILL, for fault tests."""
         proc, self.process = self.process, None
+        self._drop_config()
         if proc is not None and proc.poll() is None:
             proc.kill()
             proc.wait(5)
+
+    def _drop_config(self) -> None:
+        """Remove the generated config: nats-server reads it only when it starts."""
+        if self._conf_dir is not None:
+            shutil.rmtree(self._conf_dir, ignore_errors=True)
+            self._conf_dir = None
 
     def __enter__(self) -> EmbeddedServer:
         return self.start()

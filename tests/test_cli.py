@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from taskq import __version__ as taskq_version
@@ -104,11 +105,22 @@ def test_server_command_runs_in_foreground_and_stops_on_sigterm(tmp_path: Path) 
             assert proc.poll() is None and time.monotonic() < deadline
             time.sleep(0.05)
         assert (tmp_path / "store").is_dir()
+        # by default the server fsyncs every write (docs/operations.md#durability)
+        (nats,) = psutil.Process(proc.pid).children()
+        config = nats.cmdline()[nats.cmdline().index("-c") + 1]
+        assert "sync_interval: always" in Path(config).read_text()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(15) == 0
+        assert not Path(config).exists()  # the generated config is removed
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_server_sync_must_be_always_or_a_duration() -> None:
+    result = taskq("server", "--sync", "sometimes")
+    assert result.returncode == 2
+    assert "sync must be 'always' or a duration" in result.stderr
 
 
 def test_demo_runs_end_to_end() -> None:

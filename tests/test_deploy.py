@@ -1,15 +1,20 @@
-"""deploy/: every nats-server config passes `nats-server -t`; every YAML file parses."""
+"""deploy/: every nats-server config passes `nats-server -t`; every YAML file parses; every
+shipped server fsyncs each write, keeps monitoring on loopback and (clustered) admits only
+routes that carry the cluster's credentials."""
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
 import subprocess
+import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
 
-from taskq.server import find_binary
+from taskq.server import EmbeddedServer, find_binary
 from tests.cluster import Cluster
 from tests.conftest import ROOT
 
@@ -38,13 +43,75 @@ def test_yaml_parses(path: Path) -> None:
         assert isinstance(document, dict)
 
 
-def test_cluster_configs_route_to_each_other() -> None:
+def test_cluster_configs_route_to_each_other_with_the_route_credentials() -> None:
     nodes = sorted((DEPLOY / "nats" / "cluster").glob("nats-*.conf"))
     assert len(nodes) == 3
     for node in nodes:
         text = node.read_text()
+        user = re.search(r"authorization \{\s*user: (\S+)\s*password: (\S+)", text)
+        assert user, f"{node.name}: no cluster authorization"
         others = {n.stem for n in nodes} - {node.stem}
-        assert all(f"nats-route://{o}:6222" in text for o in others)
+        for other in others:
+            assert f"nats-route://{user[1]}:{user[2]}@{other}:6222" in text
+
+
+def _k8s_nats_conf() -> str:
+    docs = yaml.safe_load_all((DEPLOY / "k8s" / "nats.yaml").read_text())
+    return next(d for d in docs if d["kind"] == "Secret")["stringData"]["nats.conf"]
+
+
+def _server_configs() -> dict[str, str]:
+    """Every nats-server config deploy/ ships: the .conf files and the one in k8s/."""
+    shipped = {str(p.relative_to(DEPLOY)): p.read_text() for p in CONFIGS}
+    return {**shipped, "k8s/nats.yaml": _k8s_nats_conf()}
+
+
+def test_k8s_nats_config_is_valid(tmp_path: Path) -> None:
+    (tmp_path / "accounts").mkdir()
+    (tmp_path / "accounts" / "accounts.conf").write_text(
+        (DEPLOY / "nats" / "accounts.conf").read_text()
+    )
+    (tmp_path / "nats.conf").write_text(_k8s_nats_conf())
+    check = subprocess.run(
+        [find_binary(), "-t", "-c", "nats.conf"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"POD_NAME": "nats-0"},
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_every_shipped_server_fsyncs_every_write() -> None:
+    for name, text in _server_configs().items():
+        jetstream = re.search(r"jetstream \{(.*?)\n\s*\}", text, re.S)
+        assert jetstream and re.search(r"^\s*sync_interval: always", jetstream[1], re.M), name
+
+
+def test_monitoring_listens_on_loopback_only() -> None:
+    for name, text in _server_configs().items():
+        for line in re.findall(
+            r"^\s*(?:http|https|http_port|https_port|monitor_port)\b.*", text, re.M
+        ):
+            assert re.match(r"\s*https?: 127\.0\.0\.1:\d+", line), f"{name}: {line.strip()}"
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    published = [p for s in compose["services"].values() for p in s.get("ports", [])]
+    assert not any(str(p).endswith(":8222") for p in published)
+
+
+def test_images_pin_the_tested_nats_server() -> None:
+    version = subprocess.run([find_binary(), "--version"], capture_output=True, text=True)
+    tag = f"nats:{version.stdout.split('v')[-1].strip()}-alpine"  # nats-server: v2.15.1
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    images = [compose["services"][f"nats-{i}"]["image"] for i in (1, 2, 3)]
+    statefulset = next(
+        d
+        for d in yaml.safe_load_all((DEPLOY / "k8s" / "nats.yaml").read_text())
+        if d["kind"] == "StatefulSet"
+    )
+    images += [c["image"] for c in statefulset["spec"]["template"]["spec"]["containers"]]
+    assert images == [tag] * 4
 
 
 def test_k8s_has_worker_and_keda_scaler() -> None:
@@ -65,8 +132,6 @@ def test_compose_mounts_keep_the_include_paths() -> None:
 async def test_the_secured_deploy_cluster_runs_tasks_on_r3(tmp_path: Path) -> None:
     """deploy/nats/cluster/*.conf as shipped (with accounts.conf), moved to loopback ports:
     the worker role sets up R3 streams and runs what the producer role enqueues."""
-    import shutil
-
     from taskq import App
     from tests.cluster import ready
     from tests.conftest import running_worker, wait_until
@@ -111,3 +176,57 @@ def _on_loopback(nodes: Cluster, name: str) -> str:
     for other in nodes.names:
         text = text.replace(f"{other}:6222", f"127.0.0.1:{nodes.cluster_ports[other]}")
     return text
+
+
+ROGUE = """
+server_name: {name}
+cluster {{
+  name: taskq
+  listen: 127.0.0.1:-1
+  routes: [nats-route://{credentials}127.0.0.1:{port}]
+}}
+"""
+
+
+def _routed(server: EmbeddedServer) -> set[str]:
+    """The names of the servers routed to `server`, from its /routez."""
+    url = f"http://127.0.0.1:{server.port_of('monitoring')}/routez"
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        return {r.get("remote_name", "") for r in json.load(reply).get("routes") or []}
+
+
+def _rogue(tmp_path: Path, name: str, credentials: str, port: int) -> EmbeddedServer:
+    config = tmp_path / f"{name}.conf"
+    config.write_text(ROGUE.format(name=name, credentials=credentials, port=port))
+    log = tmp_path / f"{name}.log"
+    return EmbeddedServer(store_dir=tmp_path / name, config=str(config), log_file=log).start()
+
+
+async def test_a_server_without_the_route_credentials_cannot_join(tmp_path: Path) -> None:
+    """The shipped cluster (on loopback) refuses a route from a server without its
+    credentials: the refusal is logged and no node lists it. The same server with the
+    credentials does join (so the check can see a server that joined)."""
+    from tests.conftest import wait_until
+
+    shutil.copy(DEPLOY / "nats" / "accounts.conf", tmp_path / "accounts.conf")
+    (tmp_path / "cluster").mkdir()
+    nodes = Cluster(tmp_path / "cluster", ["nats-1", "nats-2", "nats-3"], _on_loopback)
+    rogues: list[EmbeddedServer] = []
+    try:
+        nodes.start()
+        first = nodes.servers["nats-1"]
+        await wait_until(lambda: _routed(first) >= {"nats-2", "nats-3"}, timeout=30)
+        rogues.append(_rogue(tmp_path, "rogue", "", nodes.cluster_ports["nats-1"]))
+        refused = lambda: "Authorization Violation" in (tmp_path / "rogue.log").read_text()  # noqa: E731
+        await wait_until(refused, timeout=30)
+        assert all("rogue" not in _routed(s) for s in nodes.servers.values())
+        text = (DEPLOY / "nats" / "cluster" / "nats-1.conf").read_text()
+        user, password = re.search(r"user: (\S+)\s*password: (\S+)", text).groups()  # type: ignore[union-attr]
+        rogues.append(
+            _rogue(tmp_path, "admitted", f"{user}:{password}@", nodes.cluster_ports["nats-1"])
+        )
+        await wait_until(lambda: "admitted" in _routed(first), timeout=30)
+    finally:
+        for rogue in rogues:
+            rogue.stop()
+        nodes.close()

@@ -14,12 +14,33 @@ import click
 @click.option(
     "--store-dir", type=click.Path(file_okay=False), default=".taskq/store", show_default=True
 )
-@click.option("--config", type=click.Path(exists=True, dir_okay=False), help="nats-server config")
-def server(port: int, host: str, store_dir: str, config: str | None) -> None:
+@click.option(
+    "--config",
+    type=click.Path(exists=True, dir_okay=False),
+    help="nats-server config (it then sets sync_interval itself)",
+)
+@click.option(
+    "--sync",
+    default="always",
+    show_default=True,
+    metavar="always|DURATION",
+    help="JetStream sync_interval: 'always' fsyncs every write before acknowledging it, so "
+    "acknowledged tasks survive power loss (measured 1.7-4x fewer tasks/s, still over 1,000/s); "
+    "a duration such as 2m (the nats-server default) fsyncs that often and loses what came "
+    "since the last fsync on an OS crash or power cut. See docs/operations.md#durability",
+)
+def server(port: int, host: str, store_dir: str, config: str | None, sync: str) -> None:
     """Run an embedded JetStream nats-server in the foreground (for development)."""
-    from taskq.server import EmbeddedServer
+    from taskq.errors import ConfigError
+    from taskq.server import EmbeddedServer, sync_setting
 
-    embedded = EmbeddedServer(port=port, host=host, store_dir=store_dir, config=config)
+    try:
+        interval = None if config else sync_setting(sync)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="--sync") from None
+    embedded = EmbeddedServer(
+        port=port, host=host, store_dir=store_dir, config=config, sync=interval
+    )
     stopping: list[int] = []
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -30,7 +51,11 @@ def server(port: int, host: str, store_dir: str, config: str | None) -> None:
     # installed before the child starts, so an early SIGTERM still stops it cleanly
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    click.echo(f"taskq: starting nats-server on {embedded.url} (store {store_dir}); Ctrl-C stops")
+    synced = f"sync {interval}" if interval else "sync as configured"
+    click.echo(
+        f"taskq: starting nats-server on {embedded.url} (store {store_dir}, {synced}); Ctrl-C stops"
+    )
     proc = embedded.spawn(foreground_output=True)
     code = proc.wait()
+    embedded.stop()  # removes the generated config
     sys.exit(0 if stopping else code)

@@ -1,0 +1,46 @@
+"""EmbeddedServer's `sync` option: the server really runs with that `sync_interval`."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from taskq.errors import ConfigError
+from taskq.server import EmbeddedServer
+
+
+def _jetstream_config(server: EmbeddedServer) -> dict[str, object]:
+    url = f"http://127.0.0.1:{server.port_of('monitoring')}/jsz?config=true"
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        config: dict[str, object] = json.load(reply)["config"]
+        return config
+
+
+@pytest.mark.parametrize(
+    ("sync", "always", "interval"),
+    [("always", True, None), ("10s", False, 10 * 10**9), (None, False, 120 * 10**9)],
+)
+def test_the_server_runs_with_the_sync_interval_asked_for(
+    tmp_path: Path, sync: str | None, always: bool, interval: int | None
+) -> None:
+    server = EmbeddedServer(store_dir=tmp_path / "store", sync=sync, extra_args=("-m", "-1"))
+    with server:
+        config = _jetstream_config(server)
+        assert config.get("sync_always", False) is always
+        if interval is not None:
+            assert config["sync_interval"] == interval
+        assert config["store_dir"] == str(tmp_path / "store" / "jetstream")
+        assert server.process is not None
+        generated = [Path(a) for a in server.process.args if str(a).endswith("sync.conf")]
+    assert len(generated) == (1 if sync else 0)
+    assert not any(path.exists() for path in generated)  # removed once the server stopped
+
+
+def test_bad_sync_values_are_one_line_config_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="sync must be 'always' or a duration"):
+        EmbeddedServer(store_dir=tmp_path, sync="sometimes")
+    with pytest.raises(ConfigError, match="set sync_interval in the config"):
+        EmbeddedServer(store_dir=tmp_path, sync="always", config=str(tmp_path / "x.conf"))
