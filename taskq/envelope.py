@@ -21,6 +21,7 @@ from taskq.flow import FLOW, Flow, flow_to_wire
 
 VERSION = 1
 MSG_ID = "Nats-Msg-Id"
+EARLY_SLACK = 30.0  # seconds of clock skew between the server and a worker tolerated
 TASK_HEADER = "Taskq-Task"
 
 
@@ -79,6 +80,23 @@ class Envelope:
         if not self.expires_at:
             return False
         return parse_time(self.expires_at) <= (now or datetime.now(UTC))
+
+    def early(self, now: datetime | None = None) -> str | None:
+        """Why this task must not run yet, when it arrives more than `EARLY_SLACK` seconds
+        before its `eta`, else None. The server never fires a schedule early, so for a
+        sealed body (whose eta nobody without the key can change) that is a replay."""
+        if not self.eta:
+            return None
+        try:
+            ahead = (parse_time(self.eta) - (now or datetime.now(UTC))).total_seconds()
+        except ValueError:
+            return None
+        if ahead <= EARLY_SLACK:
+            return None
+        return (
+            f"delivered {ahead:.0f}s before its eta {self.eta}: the scheduler never fires "
+            "early, so this is a replayed or re-scheduled copy (not run)"
+        )
 
 
 # field -> accepted JSON types; only `args`/`kwargs` are required from foreign producers.

@@ -77,6 +77,8 @@ class Judge:
             return _crashed(task, job.attempt), None
         if job.envelope.expired():
             return Dead("expired", f"expired at {job.envelope.expires_at}"), None
+        if d.sealed and (early := job.envelope.early()):  # docs/wire-format.md: replays
+            return Dead("undecodable", early), None
         try:
             args, kwargs = task.validator.for_call(job.envelope.args, job.envelope.kwargs)
         except ArgumentsError as exc:

@@ -128,8 +128,11 @@ class Holder:
         token = held.headers.get(PARK, "")
         headers = {**carried(held.headers), **(note or {}), MSG_ID: f"wake.{token or mine}"}
         target, connection = held.headers.get(TARGET, ""), self.client.connection
-        await retry_transient(lambda: connection.publish(target, held.data, headers))
+        # a claim-checked body is the schedule's own: the copy carries the body itself
+        body = await connection.opened(held.data, held.subject, held.headers)
+        await retry_transient(lambda: connection.publish(target, body, headers))
         await connection.messages.delete(self.stream, mine)
+        await connection.release_claim(held.data, held.subject, held.headers)
         return True
 
     async def _claim_oldest(self, limit: str) -> tuple[StoredMessage, int] | None:
