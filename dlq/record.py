@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from taskq.envelope import Envelope, now_iso
+from taskq.places import ID_HEADER as ID_HEADER  # part of a dead letter's sealing context
 from taskq.policy import DeadReason
 from taskq.registry import worker_name
 
@@ -36,7 +37,6 @@ REASONS: tuple[str, ...] = (
 )
 REASON_HEADER = "Taskq-Reason"
 QUEUE_HEADER = "Taskq-Queue"
-ID_HEADER = "Taskq-Id"
 
 
 class ErrorInfo(BaseModel):

@@ -75,9 +75,12 @@ async def _move(client: Client, stream: str, stored: StoredMessage, deliveries: 
     if parsed is None:  # a schedule or foreign subject: not a task message
         return
     queue, subject_task = parsed
+    connection = client.connection
+    # a claim-checked task's dead letter keeps its body, not a reference to its object
+    data = await connection.opened(stored.data, stored.subject, stored.headers)
     try:
         envelope = decode(
-            stored.data,
+            data,
             subject_task=subject_task,
             msg_id=stored.headers.get(MSG_ID),
             seq=stored.seq,
@@ -86,7 +89,7 @@ async def _move(client: Client, stream: str, stored: StoredMessage, deliveries: 
         envelope = None
     record = make_record(
         envelope=envelope,
-        raw=stored.data,
+        raw=data,
         reason="crashed",
         error=ErrorInfo(
             type="MaxDeliveriesReached",
@@ -98,6 +101,7 @@ async def _move(client: Client, stream: str, stored: StoredMessage, deliveries: 
         original_seq=stored.seq,
     )
     task = envelope.task if envelope else subject_task
-    await publish_record(client, record, task, stored.data)
-    await client.connection.messages.delete(stream, stored.seq)
+    await publish_record(client, record, task, data)
+    await connection.messages.delete(stream, stored.seq)
+    await connection.release_claim(stored.data, stored.subject, stored.headers)
     log.error("swept %s[%s] into the DLQ after %d deliveries", record.task, record.id, deliveries)

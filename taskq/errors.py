@@ -88,10 +88,14 @@ class PayloadTooLarge(TaskqError):
     over the server's `max_payload` go through the object store up to it), or over
     `max_payload` where no claim check applies. Nothing was published."""
 
-    def __init__(self, size: int, limit: int) -> None:
+    def __init__(self, size: int, limit: int, what: str = "message") -> None:
         self.size = size
         self.limit = limit
-        super().__init__(f"message is {size} bytes, over the limit of {limit} bytes")
+        self.what = what
+        super().__init__(f"{what} is {size} bytes, over the limit of {limit} bytes")
+
+    def __reduce__(self) -> tuple[type[PayloadTooLarge], tuple[int, int, str]]:
+        return (PayloadTooLarge, (self.size, self.limit, self.what))
 
 
 class DecodeError(TaskqError):

@@ -7,6 +7,11 @@ starts with a NUL byte, which no JSON body can, so sealed and plaintext bodies a
 without a header. The key id (the first 4 bytes of the key's SHA-256) picks the key among the
 current and old ones: rotation is adding a new key and keeping the old ones until nothing
 sealed with them is left.
+
+The additional data is the 9-byte head (magic and key id) followed by the body's *context*:
+what kind of body it is and where it is stored (`taskq.places`), so a body copied under
+another key, subject or kind does not open. Bodies sealed by earlier versions (`\0TQS1`,
+bound to nothing) open only where `open_legacy_seals` allows it.
 """
 
 from __future__ import annotations
@@ -18,11 +23,17 @@ import os
 
 from taskq.errors import ConfigError, DecodeError
 
-MAGIC = b"\x00TQS1"
+MAGIC = b"\x00TQS2"  # bound to its context (this version)
+LEGACY_MAGIC = b"\x00TQS1"  # bound to nothing: opened only when allowed
 KEY_ID = 4
 NONCE = 12
+TAG = 16
 HEAD = len(MAGIC) + KEY_ID + NONCE
 KEY_SIZE = 32
+LEGACY_REFUSED = (
+    "sealed in the \\0TQS1 format, which binds a body to nothing (a copy opens anywhere); "
+    "this process opens it only with open_legacy_seals (TASKQ_OPEN_LEGACY_SEALS=1)"
+)
 PLAINTEXT_REFUSED = (
     "a plaintext task message, and this app seals its tasks (an encryption key is set, "
     "allow_plaintext is not)"
@@ -54,7 +65,7 @@ def key_id(key: bytes) -> bytes:
 
 
 def is_sealed(data: bytes) -> bool:
-    return data[:1] == b"\x00" and data.startswith(MAGIC)
+    return data[:1] == b"\x00" and data[: len(MAGIC)] in (MAGIC, LEGACY_MAGIC)
 
 
 def sealed_with(data: bytes) -> str:
@@ -66,7 +77,9 @@ class Sealer:
     """Seals with the current key; opens with it or any old one. Without a key it seals
     nothing and opens nothing (a sealed body it meets stays as it is, see `open`)."""
 
-    def __init__(self, key: bytes | None = None, old_keys: tuple[bytes, ...] = ()) -> None:
+    def __init__(
+        self, key: bytes | None = None, old_keys: tuple[bytes, ...] = (), legacy: bool = False
+    ) -> None:
         from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
         self.active = key is not None
@@ -74,43 +87,47 @@ class Sealer:
         self._sealer = AESGCM(key) if key is not None else None
         keys = ((key,) if key is not None else ()) + old_keys
         self._openers = {key_id(k): AESGCM(k) for k in keys}
+        self._legacy = legacy  # open `\0TQS1` bodies (sealed before contexts existed)
 
-    def seal(self, data: bytes) -> bytes:
+    def seal(self, data: bytes, context: bytes = b"") -> bytes:
+        """`data` sealed for `context` (what and where it is: `taskq.places`)."""
         if self._sealer is None:
             return data
         nonce = os.urandom(NONCE)
-        head = MAGIC + self._seal_id + nonce
-        return head + self._sealer.encrypt(nonce, data, head[: len(MAGIC) + KEY_ID])
+        head = MAGIC + self._seal_id
+        return head + nonce + self._sealer.encrypt(nonce, data, head + context)
 
-    def open(self, data: bytes) -> bytes:
+    def open(self, data: bytes, context: bytes = b"") -> bytes:
         """The plaintext of a sealed body (a plaintext body is returned as it is); raises
-        DecodeError naming the key when this process has no key that opens it."""
+        DecodeError, with the reason, for any body that does not open here: no key for it,
+        too short, tampered, sealed for another context, or an old format not allowed."""
         if not is_sealed(data):
             return data
-        from cryptography.exceptions import InvalidTag
-
         ident = data[len(MAGIC) : len(MAGIC) + KEY_ID]
         opener = self._openers.get(ident)
         if opener is None:
             raise DecodeError(self._missing(ident.hex()))
+        if len(data) < HEAD + TAG:
+            raise DecodeError(f"a sealed body of {len(data)} bytes: too short to be one")
+        legacy = data.startswith(LEGACY_MAGIC)
+        if legacy and not self._legacy:
+            raise DecodeError(LEGACY_REFUSED)
+        aad = data[: len(MAGIC) + KEY_ID] + (b"" if legacy else context)
         try:
-            return bytes(
-                opener.decrypt(
-                    data[len(MAGIC) + KEY_ID : HEAD], data[HEAD:], data[: len(MAGIC) + KEY_ID]
-                )
-            )
-        except InvalidTag:
+            return bytes(opener.decrypt(data[len(MAGIC) + KEY_ID : HEAD], data[HEAD:], aad))
+        except Exception:  # InvalidTag, or anything the library says about odd input
             raise DecodeError(
-                f"sealed body with key {ident.hex()} fails authentication (tampered or truncated)"
+                f"sealed body with key {ident.hex()} fails authentication here: tampered, "
+                "truncated, or sealed for another place (copied or replayed)"
             ) from None
 
-    def open_or_keep(self, data: bytes) -> bytes:
+    def open_or_keep(self, data: bytes, context: bytes = b"") -> bytes:
         """The plaintext when this process can open `data`, else `data` as it is (for
         readers that show or move stored messages rather than run them)."""
         if not is_sealed(data):
             return data
         try:
-            return self.open(data)
+            return self.open(data, context)
         except DecodeError:
             return data
 
@@ -124,17 +141,3 @@ class Sealer:
             f"sealed with encryption key {ident}, which is neither this process's key nor "
             "one of its old keys"
         )
-
-
-def sealed_subjects(prefix: str) -> tuple[str, ...]:
-    """The subject prefixes whose bodies hold users' data, so are sealed: queues (tasks,
-    schedules, partitions), dead letters, and the results, workflow and progress buckets.
-    The registry, cancel requests and flow-control records hold ids and counts only, and
-    rate counters must stay the server's own format."""
-    up = prefix.upper()
-    # tasks, schedules, concurrency lanes, priority levels, their partitioned forms
-    kinds: tuple[str, ...] = ("q", "s", "c", "r", "p", "pc", "pr", "dlq")
-    buckets = ("RESULTS", "FLOWS", "PROGRESS")
-    # plus the timers (schedules, fired tasks) and a debounced burst's last call
-    kinds += ("f", "limit.debounce")
-    return tuple(f"{prefix}.{k}." for k in kinds) + tuple(f"$KV.{up}_{b}." for b in buckets)

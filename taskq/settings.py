@@ -37,6 +37,7 @@ ENV_FIELDS: dict[str, str] = {
     "TASKQ_SPARK_CONF": "spark_conf",
     "TASKQ_ENCRYPTION_KEY": "encryption_key",
     "TASKQ_OLD_KEYS": "old_keys",
+    "TASKQ_OPEN_LEGACY_SEALS": "open_legacy_seals",
 }
 
 
@@ -74,6 +75,9 @@ class Settings(BaseModel):
     encryption_key: str | None = Field(default=None, repr=False)
     old_keys: tuple[str, ...] = Field(default=(), repr=False)
     allow_plaintext: bool = False
+    # open `\0TQS1` bodies (sealed before bodies were bound to their place): for draining
+    # what an older version stored; such bodies open wherever they are copied
+    open_legacy_seals: bool = False
     # bodies over the server's max_payload go through the object store up to this size
     payload_limit: int = Field(default=64 * 2**20, ge=1)
     spark_master: str = "local[*]"
@@ -107,7 +111,8 @@ class Settings(BaseModel):
     def sealer(self) -> Sealer:
         """The sealer these settings describe (inactive without an encryption key)."""
         key = parse_key(self.encryption_key) if self.encryption_key else None
-        return Sealer(key, tuple(parse_key(k) for k in self.old_keys))
+        old = tuple(parse_key(k) for k in self.old_keys)
+        return Sealer(key, old, legacy=self.open_legacy_seals)
 
     @field_validator("prefix")
     @classmethod

@@ -81,3 +81,49 @@ async def test_a_large_task_s_dead_letter_keeps_its_original(app: App) -> None:
     [record] = await list_dead(app)
     assert record.reason == "exhausted" or record.reason == "permanent"
     assert json.loads(await original_bytes(app, record))["args"] == [blob]
+
+
+async def test_a_result_over_the_payload_limit_fails_once_permanently(
+    nats_url: str, prefix: str
+) -> None:
+    """Too large to store even by claim check: one attempt, a permanent dead letter naming
+    the size and the limit (it used to be retried, then dead-lettered as `crashed`)."""
+    limit = 2 * 2**20
+    small = App(url=nats_url, prefix=prefix, payload_limit=limit)
+    runs: list[int] = []
+
+    @small.task(max_retries=3)
+    def huge(n: int) -> str:
+        runs.append(n)
+        return "h" * (3 * 2**20)
+
+    try:
+        async with running_worker(small) as worker:
+            handle = await huge.enqueue(1)
+            await wait_until(lambda: worker.stats["dead"] == 1, timeout=30)
+            assert worker.stats["retried"] == 0
+        assert runs == [1]
+        [record] = await list_dead(small)
+        assert record.reason == "permanent" and record.attempts == 1
+        assert record.error.type == "PayloadTooLarge"
+        assert str(limit) in record.error.message and "bytes" in record.error.message
+        assert await handle.status() == "dead"
+    finally:
+        await small.aclose()
+
+
+async def test_a_result_over_max_payload_under_the_limit_is_claim_checked(
+    nats_url: str, prefix: str
+) -> None:
+    small = App(url=nats_url, prefix=prefix, payload_limit=4 * 2**20)
+
+    @small.task
+    def big(n: int) -> str:
+        return "b" * (3 * 2**20)
+
+    try:
+        async with running_worker(small):
+            handle = await big.enqueue(1)
+            assert len(await handle.result(timeout=30)) == 3 * 2**20
+    finally:
+        await small.aclose()

@@ -61,10 +61,12 @@ def test_a_delivery_reads_its_ack_subject_as_nats_py_does(
 
     from taskq.nats import Delivery
     from taskq.nats.errors import Guard
+    from taskq.places import Places, Seals
     from taskq.settings import Settings
 
     msg = Msg(_client=None, subject="t.q.default.add", reply=reply, data=b"{}")  # type: ignore[arg-type]
-    delivery = Delivery(msg, None, Guard(), Settings().sealer())  # type: ignore[arg-type]
+    seals = Seals(Settings().sealer(), Places("t"))
+    delivery = Delivery(msg, None, Guard(), seals)  # type: ignore[arg-type]
     meta = msg.metadata  # nats-py's own reading of the same subject
     assert (meta.stream, meta.num_delivered, meta.sequence.stream, meta.num_pending) == expected
     assert (delivery.stream, delivery.num_delivered, delivery.seq, delivery.pending) == expected

@@ -12,6 +12,7 @@ from collections import Counter
 from taskq.client import Client
 from taskq.dlq.record import ErrorInfo, make_record
 from taskq.dlq.write import Letter, prepare
+from taskq.errors import PayloadTooLarge
 from taskq.flow import final_id
 from taskq.policy import Ack, Cancel, Dead, Decision, Failure, Hold, Nak, Outcome, Success
 from taskq.results import encoded
@@ -57,8 +58,16 @@ class Settler:
             await self.settle_alone(job, decision, outcome)
 
     async def settle_alone(self, job: Job, decision: Decision, outcome: Outcome | None) -> None:
-        """Write the verdict's records (acknowledged), then settle its message."""
-        await self._record(job, decision, outcome)
+        """Write the verdict's records (acknowledged), then settle its message. A result
+        too large to store, even by claim check, fails the task once and for all (another
+        attempt would return as much): a `permanent` dead letter naming size and limit."""
+        try:
+            await self._record(job, decision, outcome)
+        except PayloadTooLarge as exc:
+            if not isinstance(outcome, Success):
+                raise
+            decision, outcome = _unstorable(job, exc)
+            await self._record(job, decision, outcome)
         await self._finish(job, decision, outcome)
 
     async def drain(self) -> None:
@@ -156,6 +165,12 @@ class Settler:
     def _subject_task(self, subject: str) -> str:
         parsed = self.client.names.parse_queue_subject(subject)
         return parsed[1] if parsed else "_unknown"
+
+
+def _unstorable(job: Job, exc: PayloadTooLarge) -> tuple[Dead, Failure]:
+    name = job.envelope.task if job.envelope is not None else "?"
+    what = f"the result of {name}"
+    return Dead("permanent"), Failure(PayloadTooLarge(exc.size, exc.limit, what))
 
 
 def _groupable(job: Job, decision: Decision) -> bool:

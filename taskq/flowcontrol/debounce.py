@@ -81,9 +81,9 @@ async def call(client: Client, call: Envelope, key: str, seconds: float) -> tupl
 
 
 async def _replace(client: Client, subject: str, body: bytes, last: int, ttl: float) -> bool:
-    """Store the record (sealed) if `last` is still the subject's last sequence."""
-    sealed, records = client.connection.seal(subject, body), client.connection.records
-    stored = await retry_transient(lambda: records.replace(subject, sealed, last, ttl=ttl))
+    """Store the record (sealed: taskq.places) if `last` is still its last sequence."""
+    records = client.connection.records
+    stored = await retry_transient(lambda: records.replace(subject, body, last, ttl=ttl))
     return stored is not None
 
 

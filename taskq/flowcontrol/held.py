@@ -137,9 +137,12 @@ class Holder:
         if target is None:
             return False  # not ours to move: it fires at its own time
         connection = self.client.connection
-        # straight into its queue: no scheduler latency
-        await retry_transient(lambda: connection.publish(target, held.data, headers))
+        # straight into its queue (no scheduler latency); a claim-checked body is the
+        # schedule's own: the copy carries the body itself
+        body = await connection.opened(held.data, held.subject, held.headers)
+        await retry_transient(lambda: connection.publish(target, body, headers))
         await connection.messages.delete(self.stream, mine)
+        await connection.release_claim(held.data, held.subject, held.headers)
         return True
 
     async def _claim_oldest(self, limit: str) -> tuple[StoredMessage, int] | None:

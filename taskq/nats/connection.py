@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import uuid
 from collections.abc import Awaitable, Callable
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from taskq.envelope import MSG_ID
 from taskq.errors import DecodeError
 from taskq.nats.claims import HEADROOM, Claims, is_claim
 from taskq.nats.connect import Events, open_client
@@ -27,7 +29,7 @@ from taskq.nats.pull import Puller
 from taskq.nats.records import Records
 from taskq.nats.streams import Streams
 from taskq.nats.types import PubAck
-from taskq.sealing import is_sealed, sealed_subjects
+from taskq.places import Headers, Places, Seals, shares_its_object
 from taskq.settings import Settings
 
 Handler = Callable[[str, bytes], Awaitable[None]]
@@ -43,18 +45,20 @@ class Connection:
         self.settings = settings
         # encryption at rest (taskq.sealing): users' data is sealed on its way out and
         # opened on its way in, here at the boundary; the rest of taskq sees plaintext
+        # (bound to their place: taskq.places)
         self.sealer = settings.sealer()
-        self._sealed = sealed_subjects(settings.prefix)
+        self.places = Places(settings.prefix)
+        self.seals = Seals(self.sealer, self.places)
         js = JetStream(client, timeout=5.0)  # pipelined refusals fail their publish
         self.streams = Streams(client, js, self._guard)
-        self.messages = Messages(client, js, self._guard, self.sealer)
+        self.messages = Messages(client, js, self._guard, self.seals)
         self.kv = KeyValue(
             js, self._guard, self.publish_nowait, self.subscribe, self.seal, self.opened
         )
         self.blobs = Objects(js, self._guard, self.sealer)
         self.claims = Claims(self.blobs, settings)
         self._pipeline = Pipeline(client, self._guard)
-        self.records = Records(js, self._guard)
+        self.records = Records(js, self._guard, self.seal)
 
     @classmethod
     async def connect(cls, settings: Settings, name: str = "taskq") -> Connection:
@@ -110,53 +114,71 @@ class Connection:
     ) -> asyncio.Future[PubAck]:
         """Send now; returns a future of the server's ack (pipelined publishing): a PubAck,
         or a taskq error (the server's refusal; TransientError when no ack came in time)."""
-        body = self.seal(subject, body)
+        body = self.seal(subject, body, headers)
         if len(body) + HEADROOM > self.max_payload:
-            body = await self._fit(subject, body, headers)
+            body, headers = await self._fit(subject, body, headers)
         return await self._pipeline.send(subject, body, headers, ack_timeout)
 
     async def pull(self, stream: str, durable: str) -> Puller:
         """A puller for an existing durable consumer (NotFound is raised on first use)."""
-        return await Puller(self._nc, self._guard, stream, durable, self.sealer, self.claims).open()
+        return await Puller(self._nc, self._guard, stream, durable, self.seals, self.claims).open()
 
     async def subscribe(self, subject: str, handler: Handler) -> Callable[[], Awaitable[None]]:
         """Core NATS subscription; returns an async unsubscribe function."""
 
         async def on_msg(msg: Msg) -> None:
-            await handler(msg.subject, await self.opened(msg.data))
+            await handler(msg.subject, await self.opened(msg.data, msg.subject, msg.headers))
 
         with self._guard:
             sub = await self._nc.subscribe(subject, cb=on_msg)
         return sub.unsubscribe
 
-    def seal(self, subject: str, body: bytes) -> bytes:
-        """`body` sealed when it goes to a subject holding users' data and a key is set
-        (bytes sealed already, such as a requeued dead letter's original, go as they are)."""
-        if self.sealer.active and subject.startswith(self._sealed) and not is_sealed(body):
-            return self.sealer.seal(body)
-        return body
+    def seal(self, subject: str, body: bytes, headers: Headers = None) -> bytes:
+        """`body` sealed for its place when it goes to a subject holding users' data and a
+        key is set (bytes sealed already, such as a requeued dead letter's original, go as
+        they are)."""
+        return self.seals.seal(subject, body, headers)
 
-    async def opened(self, data: bytes, *, strict: bool = False) -> bytes:
-        """A received body as the plaintext it stands for: a claim-checked body fetched, a
-        sealed one opened. Unless `strict`, a body this process cannot open (or whose
-        claim is gone) is returned as it came; strictly, that raises DecodeError."""
+    async def opened(
+        self, data: bytes, subject: str, headers: Headers = None, *, strict: bool = False
+    ) -> bytes:
+        """A body received on `subject` as the plaintext it stands for: a claim-checked body
+        fetched, a sealed one opened. Unless `strict`, a body this process cannot open (or
+        whose claim is gone or not this place's) is returned as it came; strictly, that
+        raises DecodeError."""
         if data[:1] != b"\x00":
             return data  # plain JSON: the common case costs one comparison
         try:
             if is_claim(data):
-                data = (await self.claims.check_out(data))[1]
-            return self.sealer.open(data)
+                data = (await self.claims.check_out(data, self.places.at(subject, headers)))[1]
+            return self.seals.open(subject, headers, data)
         except DecodeError:
             if strict:
                 raise
             return data
 
-    async def _fit(self, subject: str, body: bytes, headers: dict[str, str] | None) -> bytes:
-        """`body`, or a claim-check reference when it does not fit in one message."""
+    async def release_claim(self, data: bytes, subject: str, headers: Headers = None) -> None:
+        """Delete the object a claim-check reference stored on `subject` names, once the
+        message holding it is gone (a reference that is not this place's deletes nothing)."""
+        if not is_claim(data) or shares_its_object(headers):
+            return
+        with contextlib.suppress(DecodeError):
+            claim = self.claims.owned(data, self.places.at(subject, headers))
+            await self.claims.release(claim)
+
+    async def _fit(
+        self, subject: str, body: bytes, headers: dict[str, str] | None
+    ) -> tuple[bytes, dict[str, str] | None]:
+        """`body` and `headers`, or a claim-check reference when the body does not fit in
+        one message (with a message id added if it had none: the claim's owner)."""
         limit = self.max_payload
         if len(body) + HEADROOM <= limit:
-            return body
+            return body, headers
         size = len(body) + sum(len(k) + len(v) + 4 for k, v in (headers or {}).items())
         if size + HEADROOM // 2 <= limit:
-            return body
-        return await self.claims.check_in(subject, body, size, limit)
+            return body, headers
+        place = self.places.at(subject, headers)
+        if place is not None and place.owner is None and place.kind in ("task", "dead"):
+            headers = {**(headers or {}), MSG_ID: f"claim.{uuid.uuid4().hex}"}
+            place = self.places.at(subject, headers)
+        return await self.claims.check_in(place, body, size, limit), headers

@@ -31,7 +31,9 @@ Subscribe = Callable[[str, Callable[[str, bytes], Awaitable[None]]], Awaitable[A
 
 
 class Opened(Protocol):
-    async def __call__(self, data: bytes, *, strict: bool = False) -> bytes: ...
+    async def __call__(
+        self, data: bytes, subject: str, headers: None = None, *, strict: bool = False
+    ) -> bytes: ...
 
 
 class KeyValue:
@@ -98,7 +100,8 @@ class KeyValue:
             return None
         if entry.value is None or entry.operation in ("DEL", "PURGE"):
             return None
-        return await self._opened(bytes(entry.value), strict=True), int(entry.revision or 0)
+        opened = await self._opened(bytes(entry.value), subject(bucket, key), strict=True)
+        return opened, int(entry.revision or 0)
 
     async def create(self, bucket: str, key: str, value: bytes) -> int | None:
         """Store `value` only if `key` does not exist; None when it already did."""
@@ -210,9 +213,10 @@ class KeyValue:
     async def _entry(self, entry: Any, *, strict: bool = False) -> KVEntry:
         deleted = entry.operation in ("DEL", "PURGE")
         value = bytes(entry.value or b"")
+        where = subject(entry.bucket, entry.key)
         return KVEntry(
             key=entry.key,
-            value=value if deleted else await self._opened(value, strict=strict),
+            value=value if deleted else await self._opened(value, where, strict=strict),
             revision=int(entry.revision or 0),
             created=getattr(entry, "created", None),
             deleted=deleted,

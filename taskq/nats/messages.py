@@ -23,18 +23,18 @@ from taskq.nats.errors import (
 from taskq.nats.pull import Puller
 from taskq.nats.raw import request as api_request
 from taskq.nats.types import StoredMessage
+from taskq.places import Seals
 from taskq.retrying import patiently
-from taskq.sealing import Sealer
 
 
 class Messages:
     """Direct reads and removals of stream messages on one connection."""
 
-    def __init__(self, client: Client, js: JetStreamContext, guard: Guard, sealer: Sealer) -> None:
+    def __init__(self, client: Client, js: JetStreamContext, guard: Guard, seals: Seals) -> None:
         self._nc = client
         self._js = js
         self._guard = guard
-        self._sealer = sealer
+        self._seals = seals
 
     async def get(self, stream: str, seq: int) -> StoredMessage | None:
         """Read one message by sequence; None when it is gone."""
@@ -51,7 +51,7 @@ class Messages:
                 raw = await self._js.get_last_msg(stream, subject)
         except (NotFound, BrokerError):
             return None
-        return _stored(raw, subject, 0, self._sealer)
+        return _stored(raw, subject, 0, self._seals)
 
     async def _read_one(
         self, stream: str, seq: int, *, following: bool, subject: str | None
@@ -68,7 +68,7 @@ class Messages:
             if exc.code == MESSAGE_NOT_FOUND:
                 return None
             raise
-        return _stored(raw, "", seq, self._sealer)
+        return _stored(raw, "", seq, self._seals)
 
     async def delete(self, stream: str, seq: int) -> bool:
         """Delete one message; False when it was already gone.
@@ -111,7 +111,7 @@ class Messages:
         if not pending:
             await self._drop_consumer(stream, name)
             return
-        puller = await Puller(self._nc, self._guard, stream, name, self._sealer).open()
+        puller = await Puller(self._nc, self._guard, stream, name, self._seals).open()
         try:
             while True:
                 got = 0
@@ -162,7 +162,7 @@ class Messages:
                 await self._nc.publish(
                     f"$JS.API.DIRECT.GET.{stream}", json.dumps(request).encode(), reply=inbox
                 )
-                return await _until_end_of_batch(replies, self._sealer)
+                return await _until_end_of_batch(replies, self._seals)
             finally:
                 await sub.unsubscribe()
 
@@ -202,17 +202,19 @@ def _gone(error: BrokerError) -> bool:
     return error.code == MSG_DELETE_FAILED and ("no message found" in text or "EOF" in text)
 
 
-def _stored(raw: api.RawStreamMsg, subject: str, seq: int, sealer: Sealer) -> StoredMessage:
+def _stored(raw: api.RawStreamMsg, subject: str, seq: int, seals: Seals) -> StoredMessage:
+    headers = dict(raw.headers or {})
+    where = raw.subject or subject
     return StoredMessage(
-        subject=raw.subject or subject,
+        subject=where,
         seq=raw.seq or seq,
-        data=sealer.open_or_keep(raw.data or b""),
-        headers=dict(raw.headers or {}),
+        data=seals.keep(where, headers, raw.data or b""),
+        headers=headers,
         time=raw.time,
     )
 
 
-async def _until_end_of_batch(replies: asyncio.Queue[Msg], sealer: Sealer) -> list[StoredMessage]:
+async def _until_end_of_batch(replies: asyncio.Queue[Msg], seals: Seals) -> list[StoredMessage]:
     """The messages of one batched direct get, up to its end-of-batch (or not-found)
     status message."""
     found: list[StoredMessage] = []
@@ -221,11 +223,12 @@ async def _until_end_of_batch(replies: asyncio.Queue[Msg], sealer: Sealer) -> li
         headers = dict(msg.headers or {})
         if "Status" in headers:  # 204 EOB, or 404 when nothing matched
             return found
+        subject = headers.pop("Nats-Subject", "")
         found.append(
             StoredMessage(
-                subject=headers.pop("Nats-Subject", ""),
+                subject=subject,
                 seq=int(headers.pop("Nats-Sequence", "0")),
-                data=sealer.open_or_keep(msg.data),
+                data=seals.keep(subject, headers, msg.data),
                 headers={
                     k: v for k, v in headers.items() if not k.startswith("Nats-") or k in _KEPT
                 },

@@ -9,6 +9,7 @@ from nats.js.errors import BucketNotFoundError
 
 from taskq.errors import BrokerError, NotFound
 from taskq.nats.errors import Guard
+from taskq.places import object_context
 from taskq.sealing import Sealer
 
 
@@ -40,7 +41,9 @@ class Objects:
                     replicas=replicas, storage=api.StorageType.FILE, ttl=ttl
                 )
                 store = await self._js.create_object_store(bucket, config)
-            await store.put(name, data if raw else self._sealer.seal(data))
+            await store.put(
+                name, data if raw else self._sealer.seal(data, object_context(bucket, name))
+            )
 
     async def get(self, bucket: str, name: str, *, raw: bool = False) -> bytes | None:
         """The object's bytes (opened unless `raw`), or None when the bucket or object does
@@ -52,7 +55,7 @@ class Objects:
         except (NotFound, BrokerError):
             return None
         data = bytes(result.data or b"")
-        return data if raw else self._sealer.open(data)
+        return data if raw else self._sealer.open(data, object_context(bucket, name))
 
     async def delete(self, bucket: str, name: str) -> None:
         with contextlib.suppress(NotFound, BrokerError), self._guard:

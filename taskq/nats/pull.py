@@ -22,7 +22,8 @@ from taskq.nats import internals
 from taskq.nats.claims import Claim, Claims, is_claim
 from taskq.nats.errors import Guard
 from taskq.nats.types import StoredMessage
-from taskq.sealing import Sealer, is_sealed
+from taskq.places import Seals, shares_its_object
+from taskq.sealing import is_sealed
 
 
 class Delivery:
@@ -43,36 +44,39 @@ class Delivery:
         "unreadable",
     )
 
-    def __init__(self, msg: Msg, client: Client, guard: Guard, sealer: Sealer) -> None:
+    def __init__(self, msg: Msg, client: Client, guard: Guard, seals: Seals) -> None:
         self._msg = msg
         self._client = client
         self._guard = guard
         self._claim: Claim | None = None  # a claim-checked body: released once settled
         self._claims: Claims | None = None
         self.unreadable: str | None = None
-        self._take(msg.data, sealer)
+        self._take(msg.data, seals)
         self.stream, self.num_delivered, self.seq, self._pending = _ack_subject(msg)
 
-    def _take(self, data: bytes, sealer: Sealer) -> None:
-        """Keep `data` as the body, opened once here when sealed; a body this process
-        cannot open keeps its bytes and says why (the worker dead-letters it)."""
+    def _take(self, data: bytes, seals: Seals) -> None:
+        """Keep `data` as the body, opened once here (for its place) when sealed; a body
+        this process cannot open keeps its bytes and says why (the worker dead-letters it)."""
         self._data = data
         self.sealed = is_sealed(data)
         if self.sealed:
             try:
-                self._data = sealer.open(data)
+                self._data = seals.open(self._msg.subject, self._msg.headers, data)
             except DecodeError as exc:
                 self.unreadable = exc.reason
 
-    async def check_out(self, claims: Claims, sealer: Sealer) -> None:
-        """Fetch a claim-checked body (then opened like any other)."""
+    async def check_out(self, claims: Claims, seals: Seals) -> None:
+        """Fetch a claim-checked body (then opened like any other) when the reference is
+        this message's own; else the delivery is unreadable and nothing is read."""
+        place = seals.places.at(self._msg.subject, self._msg.headers)
         try:
-            claim, body = await claims.check_out(self._msg.data)
+            claim, body = await claims.check_out(self._msg.data, place)
         except DecodeError as exc:
             self.sealed, self.unreadable = False, exc.reason
             return
-        self._claim, self._claims = claim, claims
-        self._take(body, sealer)
+        if not shares_its_object(self._msg.headers):  # a periodic firing's is the schedule's
+            self._claim, self._claims = claim, claims
+        self._take(body, seals)
 
     async def _release(self) -> None:
         if self._claim is not None and self._claims is not None:
@@ -148,12 +152,12 @@ class Puller:
         guard: Guard,
         stream: str,
         durable: str,
-        sealer: Sealer,
+        seals: Seals,
         claims: Claims | None = None,
     ) -> None:
         self._client = client
         self._guard = guard
-        self._sealer = sealer
+        self._seals = seals
         self._claims = claims  # None: claim-check references are yielded as they are
         self._next = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}"
         self._inbox = client.new_inbox()
@@ -182,9 +186,9 @@ class Puller:
             status = msg.headers.get("Status") if msg.headers else None
             if status is None:
                 remaining -= 1
-                delivery = Delivery(msg, self._client, self._guard, self._sealer)
+                delivery = Delivery(msg, self._client, self._guard, self._seals)
                 if self._claims is not None and is_claim(msg.data):
-                    await delivery.check_out(self._claims, self._sealer)
+                    await delivery.check_out(self._claims, self._seals)
                 yield delivery
             elif status != "100" and request_over(status, msg):  # 100: idle heartbeat
                 return

@@ -13,6 +13,7 @@ Flow control keeps its state in streams that hold one message per subject (a "re
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from nats.js import JetStreamContext
 
@@ -30,12 +31,17 @@ def ttl_header(seconds: float) -> str:
     return f"{max(1, math.ceil(seconds))}s"
 
 
-class Records:
-    """Record writes on one connection."""
+Seal = Callable[[str, bytes, "dict[str, str] | None"], bytes]
 
-    def __init__(self, js: JetStreamContext, guard: Guard) -> None:
+
+class Records:
+    """Record writes on one connection. Values on subjects that hold users' data (a
+    debounce schedule, a parked task re-stored) are sealed like any publish there."""
+
+    def __init__(self, js: JetStreamContext, guard: Guard, seal: Seal) -> None:
         self._js = js
         self._guard = guard
+        self._seal = seal
 
     async def create(
         self,
@@ -60,6 +66,7 @@ class Records:
         sent = {**(headers or {}), EXPECTED_LAST: str(last_seq)}
         if ttl is not None:
             sent[TTL] = ttl_header(ttl)
+        value = self._seal(subject, value, sent)
         check(subject, sent)
         try:
             with self._guard:
@@ -81,6 +88,7 @@ class Records:
         sent = dict(headers or {})
         if ttl is not None:
             sent[TTL] = ttl_header(ttl)
+        value = self._seal(subject, value, sent)
         check(subject, sent)
         with self._guard:
             ack = await self._js.publish(subject, value, headers=sent or None)
