@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from taskq import unrecorded
 from taskq.cancels import CancelReport, cancel
 from taskq.client import ClientSource, Published
+from taskq.errors import TaskDropped
 from taskq.progress import Progress, latest, watch
 from taskq.results import ResultRecord, fetch, wait
 
@@ -40,6 +41,9 @@ class TaskHandle:
     duplicate: bool = False
     app: HandleSource | None = field(default=None, compare=False, repr=False)
     dropped: bool = False
+    # a dropped call's (reason, kept run's id): known here at once, and recorded by the
+    # worker that takes its marked message (producers write no results)
+    drop: tuple[str, str] = field(default=("", ""), compare=False, repr=False)
 
     @classmethod
     def of(cls, published: Published, app: HandleSource) -> TaskHandle:
@@ -55,6 +59,8 @@ class TaskHandle:
     async def result(self, timeout: float | None = None) -> Any:
         """The task's return value once it succeeded; raises TaskFailed if it was
         dead-lettered, ResultTimeout if nothing final arrives within `timeout` seconds."""
+        if self.dropped:
+            raise TaskDropped(self.id, *self.drop)
         if self._unrecorded():
             record = await unrecorded.outcome(self._app(), self.id, timeout)
         else:
@@ -73,6 +79,8 @@ class TaskHandle:
         a bare id's handle with no record and no message anywhere is `unknown`."""
         if self._unrecorded():
             return await unrecorded.state(self._app(), self.id)
+        if self.dropped:
+            return "dropped"
         record = await fetch(self._app(), self.id)
         if record is not None:
             return record.state

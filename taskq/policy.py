@@ -82,7 +82,12 @@ class Dead:
 
 @dataclass(frozen=True)
 class Cancel:
-    """Cancelled on request: record it, then remove the message (no retry, no dead letter)."""
+    """Not run: cancelled on request, or `dropped` by a throttle window (its producer said
+    so); record it, then remove the message (no retry, no dead letter)."""
+
+    state: str = "cancelled"  # or "dropped"
+    reason: str = "cancelled"
+    kept: str = ""  # a dropped call: the id of the run its window kept
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ ENV_FIELDS: dict[str, str] = {
     "TASKQ_TOKEN": "token",
     "TASKQ_NKEY_SEED": "nkey_seed",
     "TASKQ_CREDS": "creds",
+    "TASKQ_INBOX_PREFIX": "inbox_prefix",
     "TASKQ_TLS_CA": "tls_ca",
     "TASKQ_TLS_CERT": "tls_cert",
     "TASKQ_TLS_KEY": "tls_key",
@@ -57,6 +58,9 @@ class Settings(BaseModel):
     tls_ca: str | None = None
     tls_cert: str | None = None
     tls_key: str | None = None
+    # where replies and pull deliveries come back: a role's own prefix (`_INBOX_worker`),
+    # so that no other role may subscribe to them (docs/security.md)
+    inbox_prefix: str = Field(default="_INBOX", pattern=r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
     connect_timeout: float = Field(default=2.0, gt=0)
     # topology
     replicas: int = Field(default=1, ge=1, le=5)

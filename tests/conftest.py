@@ -56,6 +56,16 @@ def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedSe
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def secure_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
+    """A nats-server with deploy/nats/accounts.conf's accounts and roles (tests/roles.py)."""
+    from tests.roles import secure_server as start
+
+    server = start(tmp_path_factory.mktemp("secure"))
+    yield server
+    server.stop()
+
+
 @pytest.fixture
 def nats_url(nats_server: EmbeddedServer) -> str:
     return nats_server.url

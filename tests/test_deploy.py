@@ -17,6 +17,7 @@ import yaml
 from taskq.server import EmbeddedServer, find_binary
 from tests.cluster import Cluster
 from tests.conftest import ROOT
+from tests.roles import credentials
 
 DEPLOY = ROOT / "deploy"
 CONFIGS = sorted(p for p in DEPLOY.rglob("*.conf") if p.name != "accounts.conf")
@@ -142,10 +143,7 @@ async def test_the_secured_deploy_cluster_runs_tasks_on_r3(tmp_path: Path) -> No
     try:
         url = nodes.start().url
         await ready(url, user="operator", password="operator-secret")
-        roles = {
-            r: App(url=url, user=r, password=f"{r}-secret", replicas=3)
-            for r in ("worker", "producer")
-        }
+        roles = {r: App(url=url, replicas=3, **credentials(r)) for r in ("worker", "producer")}
         for app in roles.values():
 
             @app.task(name="double")

@@ -19,6 +19,7 @@ from taskq.context import Reporter, TaskContext
 from taskq.envelope import MSG_ID, Envelope, decode, parse_time
 from taskq.errors import ArgumentsError, DecodeError, TaskCancelled, UnknownTaskError
 from taskq.flowcontrol.debounce import BURST, judge_wake_up
+from taskq.flowcontrol.gates import DROPPED, KEPT
 from taskq.flowcontrol.held import FIRED, spent
 from taskq.ids import safe_id
 from taskq.nats import Delivery
@@ -94,6 +95,8 @@ class Judge:
             return Dead("undecodable", exc.reason), Failure(exc)
         envelope = job.envelope
         job.task = task = self.app.tasks.get(envelope.task)
+        if d.header(DROPPED) is not None:  # a call a throttle window dropped: record it
+            return _dropped(d.header(DROPPED) or "", d.header(KEPT) or ""), None
         if self.cancels is not None and self.cancels.requested(envelope.id):
             return Cancel(), Failure(TaskCancelled(envelope.id))
         if task is None:
@@ -214,6 +217,11 @@ def _due(job: Job) -> float | None:
         return None
     due = parse_time(eta).timestamp()
     return due if due > time.time() + EARLY else None
+
+
+def _dropped(reason: str, kept: str) -> Cancel:
+    shown = reason[:300] + (f" (kept {kept[:128]})" if kept else "")
+    return Cancel("dropped", shown, kept[:128])
 
 
 def _crashed(task: Task[Any, Any], delivered: int) -> Dead:

@@ -45,6 +45,12 @@ def _verdict(decision: Decision, outcome: Outcome | None) -> dict[str, Any]:
             "result": outcome.value if isinstance(outcome, Success) else None,
         }
     if isinstance(decision, Cancel):
+        if decision.state == "dropped":
+            return {
+                "state": "dropped",
+                "reason": decision.reason,
+                "result": {"kept": decision.kept},
+            }
         return {"state": "cancelled", "reason": "cancelled"}
     error = _error(outcome, decision)
     if isinstance(decision, Nak):

@@ -87,8 +87,8 @@ class Settler:
             await d.nak(decision.delay)
             self.stats["retried"] += 1
         elif isinstance(decision, Cancel):
-            await d.ack()  # recorded as cancelled: nothing left to run
-            self.stats["cancelled"] += 1
+            await d.ack()  # recorded as cancelled (or dropped): nothing left to run
+            self.stats[decision.state] += 1
         else:
             assert isinstance(decision, Dead)
             await self._dead_letter(job, decision, outcome)

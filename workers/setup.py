@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 
 from taskq.app import App
 from taskq.client import Client
+from taskq.flowcontrol.store import ensure_limits
 from taskq.flowcontrol.usage import declaration, declare
 from taskq.queue_control import FOREVER, ends
 from taskq.schedules import register
@@ -65,6 +66,7 @@ async def prepare(app: App, client: Client, queues: list[str]) -> dict[str, Queu
     names, settings, streams = client.names, client.settings, client.connection.streams
     await streams.ensure(dlq_stream(names, settings))
     await client.connection.kv.ensure(results_bucket(names, settings))
+    await ensure_limits(client)  # producers' flow-control records: they may not create it
     existing = await streams.listing(names.every_subject)
     on_server = queues_in(existing, names)
     setups: dict[str, QueueSetup] = {}

@@ -45,6 +45,8 @@ LEVEL_LINGER = 0.25  # a priority level's pull waits this long before its loop e
 class Worker:
     """Consumes `queues` of `app` with up to `concurrency` tasks running at once."""
 
+    lost: ConnectionLost | None = None  # set when its connection died for good
+
     def __init__(
         self,
         app: App,
@@ -76,16 +78,15 @@ class Worker:
         self._leases = Leases()
         self._client: Client | None = None
         self._settler: Settler | None = None
+        self._control: ControlPlane | None = None
+        self._admission: Admission | None = None
         mine = [t for t in app.tasks.values() if t.queue in self.queues]
         # Spark tasks (if any) run here; `spark` shares a session across workers (tests)
         self._spark = SparkExecutor(app.settings, mine, spark)
         self._pool = _pool_for(mine, pool_size, limits)
         runners = Runners(self._threads, self._spark, self._slots.lent, self._pool)
         self._judge = Judge(app, runners, self._leases)
-        self._control: ControlPlane | None = None
-        self._admission: Admission | None = None
         self._failing: dict[str, str] = {}  # fetch loop -> why its last fetch failed
-        self.lost: ConnectionLost | None = None  # set when the connection died for good
 
     # -- lifecycle -------------------------------------------------------------------------
     def stop(self) -> None:
@@ -290,8 +291,10 @@ class Worker:
     # -- handling one delivery --------------------------------------------------------------
     async def _handle(self, job: Job) -> None:
         assert self._settler is not None and self._control is not None
+        settling = False
         try:
             decision, outcome = await self._judge.judge(job)
+            settling = True
             await self._control.settling(job)
             await self._settler.settle(job, decision, outcome)
         except asyncio.CancelledError:
@@ -299,28 +302,29 @@ class Worker:
             with contextlib.suppress(Exception):
                 await asyncio.shield(job.delivery.nak())
             self.stats["interrupted"] += 1
-        except Exception as exc:
-            await self._settle_failure(job, exc)
+        except Exception as exc:  # whatever one message does, the loop goes on
+            await self._failed(job, exc, settling)
         finally:
             if job.permit and self._admission is not None:  # a per-key slot, after settling
                 await asyncio.shield(self._admission.release(job))
 
-    async def _settle_failure(self, job: Job, exc: Exception) -> None:
-        """An error taskq did not expect while handling one message: a transient NATS
-        failure hands it back for later; anything else is this message's doing (its body
-        made taskq fail), so it is dead-lettered as `crashed` with the traceback, never
-        redelivered in a loop. If even that fails, it is handed back."""
+    async def _failed(self, job: Job, exc: Exception, settling: bool) -> None:
+        """An error taskq did not expect while handling one message. Judging it failed on
+        something of its own (its body, its arguments): it is dead-lettered as `crashed`
+        with the traceback, never redelivered in a loop. A transient NATS failure, or one
+        while settling (its verdict may be half written), hands it back for later, as does
+        a dead letter that cannot be written."""
         assert self._settler is not None
-        if isinstance(exc, TransientError | BrokerError):
-            log.warning("handling seq %s failed, handed back: %s", job.delivery.seq, exc)
+        if settling or isinstance(exc, TransientError | BrokerError):
+            log.warning("handling seq %s failed, handed back: %r", job.delivery.seq, exc)
         else:
-            log.error("handling seq %s failed: %r; dead-lettering it", job.delivery.seq, exc)
+            log.error("judging seq %s failed: %r; dead-lettering it", job.delivery.seq, exc)
             try:
                 why = f"taskq failed on this message: {type(exc).__name__}: {exc}"[:500]
                 failure = Failure(exc, traceback.format_exc())
                 await self._settler.settle_alone(job, Dead("crashed", why), failure)
                 return
-            except Exception:
+            except Exception:  # the dead letter could not be written
                 log.exception("dead-lettering seq %s failed; handed back", job.delivery.seq)
         with contextlib.suppress(Exception):
             await job.delivery.nak(delay=5.0)

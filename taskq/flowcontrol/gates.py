@@ -31,10 +31,11 @@ from taskq.handle import TaskHandle
 from taskq.middleware import Chain
 from taskq.nats import StoredMessage
 from taskq.portal import Portal
-from taskq.results import ResultRecord, ensure_results, store
 from taskq.retrying import retry_transient
 
 log = logging.getLogger("taskq")
+DROPPED = "Taskq-Dropped"  # on a call a throttle window dropped: why (recorded, not run)
+KEPT = "Taskq-Kept"  # ...and the id of the run the window kept
 Send = Callable[[Envelope], Awaitable[TaskHandle]]  # publish an envelope the usual way
 
 
@@ -135,25 +136,13 @@ async def throttle(
     stored = await client.connection.messages.last(stream, subject)
     kept = str(json.loads(stored.data).get("id", "")) if stored is not None else ""
     reason = f"throttled: one run per {gate.throttle:g}s for key {gate.key!r}"
-    await _record_dropped(client, envelope, queue, reason, kept)
-    return TaskHandle(envelope.id, envelope.task, queue, 0, False, app, dropped=True)
-
-
-async def _record_dropped(
-    client: Client, envelope: Envelope, queue: str, reason: str, kept: str
-) -> None:
-    await ensure_results(client)
-    record = ResultRecord(
-        state="dropped",
-        task=envelope.task,
-        queue=queue,
-        reason=reason + (f" (kept {kept})" if kept else ""),
-        result={"kept": kept},
-        args=envelope.args,
-        kwargs=envelope.kwargs,
-        enqueued_at=envelope.enqueued_at,
-    )
-    await store(client, envelope.id, record)
+    # published marked dropped: a worker records it without running it (producers write
+    # no results: docs/security.md)
+    marked = replace(envelope, headers={**envelope.headers, DROPPED: reason, KEPT: kept})
+    await send(marked)
+    shown = reason + (f" (kept {kept})" if kept else "")
+    handle = TaskHandle(envelope.id, envelope.task, queue, 0, False, app, dropped=True)
+    return replace(handle, drop=(shown, kept))
 
 
 async def debounce(

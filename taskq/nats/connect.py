@@ -96,6 +96,7 @@ def connect_options(settings: Settings, name: str, events: Events) -> dict[str, 
         "disconnected_cb": events.disconnected,
         "reconnected_cb": events.reconnected,
         "closed_cb": events.closed,
+        "inbox_prefix": settings.inbox_prefix,
     }
     options.update(_credentials(settings))
     tls = _tls_context(settings)

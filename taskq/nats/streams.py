@@ -10,7 +10,7 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext, api
 from nats.js.errors import BadRequestError
 
-from taskq.errors import NotFound
+from taskq.errors import NotFound, PermissionDenied
 from taskq.nats import raw
 from taskq.nats.errors import (
     CONSUMER_EXISTS,
@@ -51,7 +51,20 @@ class Streams:
                 config.allow_msg_schedules = True
                 _warn_schedules_stay(spec.name)
             if _drifted(config, old):  # only then: a worker's role may not update streams
+                await self._update(spec.name, config)
+
+    async def _update(self, name: str, config: api.StreamConfig) -> None:
+        """Apply a changed config; a role that may not (a worker's: docs/security.md) warns
+        and goes on with the stream as the server has it, for an operator to apply."""
+        try:
+            with self._guard:
                 await self._js.update_stream(config)
+        except PermissionDenied:
+            log.warning(
+                "stream %s differs from this process's settings, and its NATS user may not "
+                "change it: run once with an operator's credentials to apply them",
+                name,
+            )
 
     async def ensure_consumer(self, spec: ConsumerSpec) -> None:
         """Create or update a durable consumer with the whole intended config.

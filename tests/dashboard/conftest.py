@@ -17,7 +17,6 @@ from playwright.async_api import Page, async_playwright
 from tests.conftest import ROOT, cli_argv
 from tests.dashboard.browser import FLAGS, BrowserUnavailable, ensure_chromium
 from tests.dashboard.http import Http
-from tests.test_security import secure_server  # noqa: F401  (a fixture: the roles' server)
 
 IMAGES = ROOT / "docs" / "images"
 PROBLEM: list[str] = []  # why Chromium is unavailable, once known

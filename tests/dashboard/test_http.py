@@ -15,7 +15,7 @@ from taskq.queue_stats import queue_stats
 from taskq.server import EmbeddedServer
 from tests.conftest import run_cli, running_worker, wait_until
 from tests.dashboard.conftest import Dashboard
-from tests.test_security import role
+from tests.roles import role, role_env
 
 
 async def test_every_page_has_a_json_twin(app: App, dashboard: Dashboard) -> None:
@@ -172,7 +172,7 @@ async def test_the_nats_user_s_permissions_are_the_dashboard_s(
     async def work() -> None: ...
 
     await work.enqueue()  # the operator creates the queue's stream
-    env = {"TASKQ_USER": "worker", "TASKQ_PASSWORD": "worker-secret"}
+    env = role_env("worker")
     board = Dashboard(secure_server.url, "taskq", env=env)
     try:
         assert (await board.http.api("/dlq"))["records"] == []  # it reads

@@ -31,7 +31,7 @@ from taskq.dlq.browse import list_dead
 from taskq.errors import NotFound
 from taskq.registry import list_workers
 from taskq.results import fetch
-from taskq.schedules import list_schedules
+from taskq.schedules import delayed_name, list_schedules
 from tests.apps import powered, reliable
 from tests.conftest import wait_until
 from tests.powercut.rig import Rig
@@ -132,7 +132,8 @@ async def set_up_state(app: App) -> dict[str, str]:
     record; the worker (default queue only) has registered the periodic schedule."""
     made = {
         "dead": (await powered.doomed.enqueue("d1")).id,
-        "delayed": (await powered.later.options(countdown=3600).enqueue("delayed")).id,
+        # the worker keeps it as a schedule in the default queue's timer stream
+        "delayed": (await powered.add.options(countdown=3600).enqueue(0, 0)).id,
         "unique": (await powered.add.options(unique_for=3600).enqueue(7, 8)).id,
     }
     members = group(powered.add.s(1, 2), powered.add.s(3, 4), powered.add_later.s(5, 6))
@@ -145,7 +146,13 @@ async def set_up_state(app: App) -> dict[str, str]:
 
     async def settled() -> bool:  # the default queue's tasks done, the dead letter written
         empty = not (await broker.streams.state(queue, subjects_filter=tasks)).subjects
-        return empty and len(await list_dead(app)) == 1 and await fetch(app, made["unique"])
+        kept = {s.name for s in await list_schedules(app)}
+        return (
+            empty
+            and delayed_name(made["delayed"]) in kept
+            and len(await list_dead(app)) == 1
+            and await fetch(app, made["unique"]) is not None
+        )
 
     await wait_until(settled, timeout=60)
     return made
@@ -175,7 +182,7 @@ async def test_stored_state_survives_a_power_cut(
     assert await snapshot(app) == before
     assert [r.message.id for r in await list_dead(app)] == [made["dead"]]
     names = {s.name for s in await list_schedules(app)}
-    assert {"periodic.nightly", made["delayed"]} <= names, names
+    assert {"periodic.nightly", delayed_name(made["delayed"])} <= names, names
     assert len(await list_workers(app)) == 1  # the record of the worker that lost power
     again = await powered.add.options(unique_for=3600).enqueue(7, 8)
     assert again.id == made["unique"]  # the unique_for record held

@@ -4,36 +4,16 @@ what it must not do, with a clear PermissionDenied (not a hang)."""
 from __future__ import annotations
 
 import os
-import shutil
 import time
-from collections.abc import Iterator
 
 import pytest
 
+import taskq
 from taskq import App, PermissionDenied
 from taskq.registry import list_workers
 from taskq.server import EmbeddedServer
 from tests.conftest import ROOT, running_worker, wait_until
-
-
-@pytest.fixture(scope="module")
-def secure_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
-    root = tmp_path_factory.mktemp("secure")
-    shutil.copy(ROOT / "deploy" / "nats" / "accounts.conf", root / "accounts.conf")
-    config = root / "server.conf"
-    config.write_text(f'jetstream {{ store_dir: "{root / "store"}" }}\ninclude accounts.conf\n')
-    server = EmbeddedServer(
-        store_dir=root / "store", config=str(config), log_file=root / "server.log"
-    )
-    server.start()
-    yield server
-    server.stop()
-
-
-def role(server: EmbeddedServer, user: str) -> App:
-    return App(
-        url=server.url, prefix="taskq", user=user, password=f"{user}-secret", max_deliver_floor=20
-    )
+from tests.roles import role
 
 
 async def test_each_role_does_its_job_and_no_more(secure_server: EmbeddedServer) -> None:
@@ -105,3 +85,42 @@ def test_cli_security_flags_reach_the_connection(secure_server: EmbeddedServer) 
         stdin=subprocess.DEVNULL,
     )
     assert bad.returncode == 1 and "refused the credentials" in bad.stderr
+
+
+async def test_the_producer_role_s_every_use_works(secure_server: EmbeddedServer) -> None:
+    """Everything a producer does with the shipped role, a worker (its role) running: a
+    delayed call, a priority, unique/throttle/debounce, progress, a result too large for
+    one message (claim-checked: read back); a task body that large is refused (the
+    producer may not write the object store: docs/security.md)."""
+    producer, worker_app = role(secure_server, "producer"), role(secure_server, "worker")
+    for app in (producer, worker_app):
+
+        @app.task(name="big", queue="roles")
+        async def big(n: int) -> str:
+            taskq.current().progress(0.5)
+            return "r" * (2 * 1024 * 1024)
+
+        @app.task(name="echo", queue="roles", priority=8)
+        async def echo(text: str) -> str:
+            return text
+
+    large_result, echoed = producer.tasks["big"], producer.tasks["echo"]
+    try:
+        async with running_worker(worker_app, queues=["roles"]):
+            handles = [
+                await echoed.options(countdown=1).enqueue("later"),
+                await echoed.options(priority=2).enqueue("low"),
+                await echoed.options(unique_for=60, key="u").enqueue("unique"),
+                await echoed.options(throttle=60, key="t").enqueue("throttled"),
+                await echoed.options(debounce=0.5, key="d").enqueue("debounced"),
+            ]
+            texts = [await h.result(timeout=30) for h in handles]
+            assert texts == ["later", "low", "unique", "throttled", "debounced"]
+            large = await large_result.enqueue(1)
+            assert len(await large.result(timeout=30)) == 2 * 1024 * 1024
+            assert (await large.progress()) is not None
+            with pytest.raises(PermissionDenied):
+                await echoed.enqueue("b" * (2 * 1024 * 1024))
+    finally:
+        for app in (producer, worker_app):
+            await app.aclose()

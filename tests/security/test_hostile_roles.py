@@ -1,0 +1,213 @@
+"""Each shipped role (deploy/nats/accounts.conf) as a hostile member: every subscribe,
+publish and JetStream API call it might try to read, stop, wipe or take what is not its
+own is refused by the server, and its legitimate uses still work (tests/security/
+test_roles.py runs them end to end)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import nats
+import pytest
+from nats.js.errors import APIError
+
+from taskq import App
+from taskq.server import EmbeddedServer
+from tests.conftest import running_worker, wait_until
+from tests.roles import credentials, role
+
+
+class Hostile:
+    """A raw NATS client connected as one shipped role; `refused(...)` is True once the
+    server said that action violates the role's permissions."""
+
+    def __init__(self, url: str, user: str) -> None:
+        self.url, self.user = url, user
+        self.errors: list[str] = []
+        self.nc: Any = None
+
+    async def __aenter__(self) -> Hostile:
+        given = credentials(self.user)
+
+        async def error(exc: Exception) -> None:
+            self.errors.append(str(exc).lower())
+
+        self.nc = await nats.connect(
+            self.url,
+            user=given["user"],
+            password=given["password"],
+            inbox_prefix=given.get("inbox_prefix", "_INBOX"),
+            error_cb=error,
+            max_reconnect_attempts=0,
+        )
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.nc.close()
+
+    async def _violated(self, what: str, subject: str) -> bool:
+        wanted = f'permissions violation for {what} to "{subject.lower()}"'
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if any(wanted in e for e in self.errors):
+                return True
+            await asyncio.sleep(0.02)
+        return False
+
+    async def refused_subscribe(self, subject: str) -> bool:
+        await self.nc.subscribe(subject)
+        await self.nc.flush()
+        return await self._violated("subscription", subject)
+
+    async def refused_publish(self, subject: str, body: bytes = b"{}") -> bool:
+        await self.nc.publish(subject, body)
+        await self.nc.flush()
+        return await self._violated("publish", subject)
+
+
+@pytest.fixture
+async def waiting(secure_server: EmbeddedServer) -> AsyncIterator[App]:
+    """The operator's app, with three tasks waiting in `default` and a delayed one kept by
+    a worker as a schedule (the streams exist, as in a running deployment)."""
+    operator = role(secure_server, "operator")
+    worker_app = role(secure_server, "worker")
+    for app in (operator, worker_app):
+
+        @app.task(name="hold")
+        async def hold(n: int) -> int:
+            return n
+
+    async with running_worker(worker_app, queues=["default"]) as worker:
+        await operator.tasks["hold"].options(countdown=3600).enqueue(0)
+        await wait_until(lambda: worker.stats["held"] == 1, timeout=20)
+    for n in (1, 2, 3):
+        await operator.tasks["hold"].enqueue(n)
+    yield operator
+    await operator.purge_queue("default")
+    for app in (operator, worker_app):
+        await app.aclose()
+
+
+PRODUCER_MAY_NOT_SUBSCRIBE = [
+    "_INBOX.>",  # everyone's replies, with nats-py's default prefix
+    "_INBOX_worker.>",  # the workers' pull deliveries: task arguments
+    "taskq.q.>",  # tasks as they are published
+    "taskq.dlq.>",
+    "$KV.TASKQ_CANCELS.>",
+    ">",
+]
+PRODUCER_MAY_NOT_PUBLISH = [
+    "taskq.s.default.task.x",  # a schedule (its stream lets a publish purge it)
+    "taskq.f.default.q.hold",  # a fired task
+    "taskq.dlq.default.hold",  # a forged dead letter
+    "$KV.TASKQ_CANCELS.anything",  # cancelling someone's task
+    "$KV.TASKQ_RESULTS.anything",  # forging a result
+    "$KV.TASKQ_WORKERS.anything",
+    "taskq.limit.slot.k.hold",  # taking a per-key slot
+    "taskq.limit.claim.t.hold",
+    "taskq.rate.1.0._all.hold",
+    "$O.TASKQ_BLOBS.M.anything",  # the object store lets any writer purge it
+    "$JS.API.STREAM.DELETE.TASKQ_Q_DEFAULT",
+    "$JS.API.STREAM.PURGE.TASKQ_Q_DEFAULT",
+    "$JS.API.STREAM.UPDATE.TASKQ_DLQ",
+    "$JS.API.STREAM.CREATE.TASKQ_ROGUE",
+    "$JS.API.STREAM.MSG.DELETE.TASKQ_Q_DEFAULT",
+    "$JS.API.STREAM.MSG.GET.TASKQ_Q_DEFAULT",  # reading queued tasks' arguments
+    "$JS.API.DIRECT.GET.TASKQ_Q_DEFAULT",
+    "$JS.API.DIRECT.GET.TASKQ_DLQ",
+    "$JS.API.CONSUMER.CREATE.TASKQ_Q_DEFAULT.spy",  # pulling others' tasks
+    "$JS.API.CONSUMER.MSG.NEXT.TASKQ_Q_DEFAULT.default",
+    "$JS.API.CONSUMER.PAUSE.TASKQ_Q_DEFAULT.default",
+    "$JS.API.CONSUMER.CREATE.KV_TASKQ_RESULTS.spy",  # a watch on every result
+    "$JS.API.STREAM.LIST",
+]
+
+
+@pytest.mark.parametrize("subject", PRODUCER_MAY_NOT_SUBSCRIBE)
+async def test_a_producer_cannot_listen_where_it_does_not_belong(
+    secure_server: EmbeddedServer, subject: str
+) -> None:
+    async with Hostile(secure_server.url, "producer") as producer:
+        assert await producer.refused_subscribe(subject)
+
+
+@pytest.mark.parametrize("subject", PRODUCER_MAY_NOT_PUBLISH)
+async def test_a_producer_cannot_publish_where_it_does_not_belong(
+    secure_server: EmbeddedServer, subject: str
+) -> None:
+    async with Hostile(secure_server.url, "producer") as producer:
+        assert await producer.refused_publish(subject)
+
+
+async def test_a_producer_cannot_roll_a_queue_up(waiting: App) -> None:
+    """Finding: one publish with `Nats-Rollup: all` left 1 of 3 waiting tasks and no
+    schedules. Queue streams allow no roll-ups now (schedules live in timer streams)."""
+    server_url = waiting.settings.url
+    async with Hostile(server_url, "producer") as producer:
+        js = producer.nc.jetstream()
+        for rollup in ("all", "sub"):
+            with pytest.raises(APIError) as refused:
+                await js.publish("taskq.q.default.hold", b"{}", headers={"Nats-Rollup": rollup})
+            assert "rollup" in str(refused.value).lower()
+    client = await waiting.client()
+    state = await client.connection.streams.state(waiting.names.queue_stream("default"))
+    assert state.messages == 3  # the three waiting tasks, untouched
+    timers = await client.connection.streams.state(waiting.names.timer_stream("default"))
+    assert timers.messages == 1  # and the delayed task's schedule
+
+
+WORKER_MAY_NOT_SUBSCRIBE = ["_INBOX.>", "_INBOX_producer.>", ">"]
+WORKER_MAY_NOT_PUBLISH = [
+    "$JS.API.STREAM.UPDATE.TASKQ_DLQ",  # cutting the DLQ's limits
+    "$JS.API.STREAM.UPDATE.TASKQ_Q_DEFAULT",
+    "$JS.API.STREAM.DELETE.TASKQ_DLQ",
+    "$JS.API.STREAM.DELETE.TASKQ_Q_DEFAULT",
+    "$JS.API.STREAM.PURGE.TASKQ_DLQ",
+    "$JS.API.STREAM.PURGE.TASKQ_Q_DEFAULT",
+    "$JS.API.STREAM.MSG.DELETE.TASKQ_DLQ",  # removing a dead letter
+    "$JS.API.STREAM.MSG.GET.TASKQ_DLQ",
+    "$JS.API.DIRECT.GET.TASKQ_DLQ",
+    "$JS.API.CONSUMER.CREATE.TASKQ_DLQ",
+    "$JS.API.CONSUMER.CREATE.TASKQ_DLQ.spy",
+    "$JS.API.CONSUMER.DURABLE.CREATE.TASKQ_DLQ.spy",
+    "$JS.API.CONSUMER.PAUSE.TASKQ_Q_DEFAULT.default",  # an operator's right
+    "$KV.TASKQ_CANCELS.anything",  # likewise
+]
+
+
+@pytest.mark.parametrize("subject", WORKER_MAY_NOT_SUBSCRIBE)
+async def test_a_worker_cannot_listen_to_other_roles(
+    secure_server: EmbeddedServer, subject: str
+) -> None:
+    async with Hostile(secure_server.url, "worker") as worker:
+        assert await worker.refused_subscribe(subject)
+
+
+@pytest.mark.parametrize("subject", WORKER_MAY_NOT_PUBLISH)
+async def test_a_worker_cannot_change_streams_or_touch_dead_letters(
+    secure_server: EmbeddedServer, subject: str
+) -> None:
+    async with Hostile(secure_server.url, "worker") as worker:
+        assert await worker.refused_publish(subject, json.dumps({"seq": 1}).encode())
+
+
+async def test_a_worker_cannot_roll_up_the_dlq(waiting: App) -> None:
+    async with Hostile(waiting.settings.url, "worker") as worker:
+        js = worker.nc.jetstream()
+        with pytest.raises(APIError) as refused:
+            await js.publish("taskq.dlq.default.hold", b"{}", headers={"Nats-Rollup": "all"})
+        assert "rollup" in str(refused.value).lower()
+
+
+async def test_the_operator_may_do_what_the_others_may_not(waiting: App) -> None:
+    """The refusals above are the roles', not the server's: the operator pauses, reads
+    and purges."""
+    assert (await waiting.pause_queue("default")).paused
+    assert not (await waiting.resume_queue("default")).paused
+    client = await waiting.client()
+    [stored] = await client.connection.messages.batch(waiting.names.queue_stream("default"), 1, 1)
+    assert json.loads(stored.data)["task"] == "hold"  # a waiting task's body, read
