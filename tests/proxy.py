@@ -27,6 +27,7 @@ class Proxy:
         self.accepted = 0  # connections forwarded, over the proxy's life
         self._server: asyncio.Server | None = None
         self._links: set[asyncio.StreamWriter] = set()
+        self._clients: set[asyncio.StreamWriter] = set()  # the client ends of the links
         self._pumps: set[asyncio.Task[None]] = set()
 
     @property
@@ -49,6 +50,13 @@ class Proxy:
         self.cut_off = False
         self.frozen = False
         self._tripwires = ()
+
+    async def inject(self, data: bytes) -> None:
+        """Send `data` to every connected client as if the server had sent it."""
+        for writer in list(self._clients):
+            if not writer.is_closing():
+                writer.write(data)
+                await writer.drain()
 
     def freeze_after(self, *patterns: bytes) -> None:
         """Freeze every link right after a client sends any of `patterns`."""
@@ -75,6 +83,7 @@ class Proxy:
             return
         self.accepted += 1
         self._links.update((writer, up_writer))
+        self._clients.add(writer)
         for source, sink, up in ((reader, up_writer, True), (up_reader, writer, False)):
             pump = asyncio.create_task(self._pump(source, sink, up, writer, up_writer))
             self._pumps.add(pump)
