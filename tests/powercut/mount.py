@@ -14,20 +14,18 @@ from __future__ import annotations
 
 import contextlib
 import ctypes.util
-import fcntl
 import json
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from tests.conftest import ROOT
+from tests.system_packages import Unavailable, ensure
 
 PACKAGES = ("fuse3", "libfuse3-3")
-LOCK = Path(tempfile.gettempdir()) / "taskq-tests-fuse.lock"
 
 
 class FuseUnavailable(RuntimeError):
@@ -39,33 +37,13 @@ def fuse_ready() -> bool:
 
 
 def ensure_fuse() -> None:
-    """fusermount3 and libfuse3, installing Debian's packages first when missing (one test
-    process at a time: under pytest-xdist every worker may ask at once)."""
+    """fusermount3 and libfuse3, installing Debian's packages first when missing."""
     if not Path("/dev/fuse").exists():
         raise FuseUnavailable("/dev/fuse is missing: the kernel or container has no FUSE")
-    if fuse_ready():
-        return
-    with open(LOCK, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        if not fuse_ready():
-            _install()
-
-
-def _install() -> None:
-    if shutil.which("apt-get") is None or os.geteuid() != 0:
-        raise FuseUnavailable(f"install {' '.join(PACKAGES)} (apt-get, as root) for these tests")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "-q", *PACKAGES]
-    # a fresh machine may have no package lists yet: update them when the install fails
-    if _run(install, env) != 0 and (_run(["apt-get", "update", "-q"], env) or _run(install, env)):
-        raise FuseUnavailable(f"apt-get could not install {' '.join(PACKAGES)} (see above)")
-    if not fuse_ready():
-        raise FuseUnavailable(f"{' '.join(PACKAGES)} installed, but libfuse3 is not found")
-
-
-def _run(cmd: list[str], env: dict[str, str]) -> int:
-    print(f"power-cut tests: {' '.join(cmd)}", file=sys.stderr, flush=True)
-    return subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, timeout=1200).returncode
+    try:
+        ensure(fuse_ready, PACKAGES, "power-cut tests")
+    except Unavailable as exc:
+        raise FuseUnavailable(str(exc)) from None
 
 
 class PowerCutMount:

@@ -22,7 +22,7 @@ class Cluster:
     """A standalone master and one worker (ours, stopped by PID with their executors)."""
 
     def __init__(self, folder: Path) -> None:
-        pyspark = pytest.importorskip("pyspark")
+        import pyspark  # a dev dependency: never skipped
         self.spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
         self.port = lease_port()
         self.url = f"spark://127.0.0.1:{self.port}"
