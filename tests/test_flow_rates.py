@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from taskq import App, ConfigError
+from taskq.flowcontrol.rates import _fits, earliest
 from tests.apps import flowctl
 from tests.conftest import WorkerProcess, running_worker
 from tests.flow_helpers import events, flow_app, start_workers
@@ -30,13 +32,10 @@ async def test_a_rate_limit_holds_across_worker_processes_without_spending_attem
     assert len(starts) == 200
     # Then every task ran once, on attempt 1 (held tasks spent none)
     assert {attempt for _, attempt in starts} == {1}
-    # at 20/s ± 15%: over the seconds the run took (its windows are whole seconds), and in
-    # every second but the first and last (which the run may fill only in part)
-    per_second = Counter(int(at) for at, _ in starts)
-    seconds = range(min(per_second), max(per_second) + 1)
-    assert 20 * 0.85 <= len(starts) / len(seconds) <= 20 * 1.15, per_second
-    assert all(17 <= per_second[s] <= 23 for s in seconds[1:-1]), per_second
-    assert max(per_second.values()) <= 23, per_second
+    # and never more than 20 within any second, sliding (half a second is left for the
+    # jitter of starting what was admitted; clock-aligned windows would let 40 start
+    # around a window's edge). How close to 20/s it runs is bench/flow.py's figure.
+    assert busiest([at for at, _ in starts], 0.5) <= 20
 
 
 async def test_a_rate_limit_per_key_counts_each_key_on_its_own(app: App) -> None:
@@ -51,12 +50,19 @@ async def test_a_rate_limit_per_key_counts_each_key_on_its_own(app: App) -> None
         for handle in handles:
             await handle.result(timeout=20)
     for customer in ("a", "b"):
-        mine = sorted(at for who, at in starts if who == customer)
-        per_second = Counter(int(at) for at in mine)
-        assert max(per_second.values()) <= 5 and len(per_second) >= 2  # 10 at 5/s
+        mine = [at for who, at in starts if who == customer]
+        assert len(mine) == 10 and busiest(mine, 0.5) <= 5  # never 6 within a second
     # both keys ran in the first window: one key's backlog does not hold up the other
     # (held behind a's 10, b would start only after them)
     assert {who for who, _ in sorted(starts, key=lambda s: s[1])[:6]} == {"a", "b"}
+
+
+def busiest(starts: list[float], slack: float) -> int:
+    """The most starts within any window of 1 - `slack` seconds."""
+    ordered = sorted(starts)
+    return max(
+        sum(1 for later in ordered[i:] if later - at < 1.0 - slack) for i, at in enumerate(ordered)
+    )
 
 
 async def test_rate_options_are_checked(app: App) -> None:
@@ -71,3 +77,25 @@ async def test_rate_options_are_checked(app: App) -> None:
 
             @app.task(name=f"bad{len(app.tasks)}", **bad)
             async def bad_task(n: int) -> None: ...
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(1, 8),
+    st.integers(50, 2000),
+    st.lists(st.integers(0, 3000), min_size=1, max_size=40),
+)
+def test_earliest_keeps_every_sliding_window_within_the_limit(
+    limit: int, window: int, arrivals: list[int]
+) -> None:
+    """Planned starts, one per arrival at its time (ms), in arrival order: never more than
+    `limit` within any `window`, and each the earliest start that allows it."""
+    planned: list[int] = []
+    for now in sorted(arrivals):
+        start = earliest(sorted(planned), now, limit, window)
+        assert start >= now
+        for earlier in range(now, start, max(1, (start - now) // 20)):
+            assert not _fits(sorted(planned), earlier, limit, window)
+        planned.append(start)
+    ordered = sorted(planned)
+    assert all(ordered[i + limit] - ordered[i] >= window for i in range(len(ordered) - limit))

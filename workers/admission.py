@@ -8,9 +8,9 @@ that one attribute test in the judge. For a limited task, in order:
 2. a task with `max_concurrency` that arrived outside its lane (a foreign producer, a
    workflow step, a DLQ requeue) is moved into its lane;
 3. `max_per_key`: take a slot of the call's key, or park the task until one is free;
-4. `rate_limit`: take a place in the current window, or hold the task until the window it
-   reserved (taskq.flowcontrol.rates); a copy arriving with the ticket of an open window
-   runs without counting again.
+4. `rate_limit`: reserve the earliest start that keeps every sliding window within the
+   limit, and run then (waiting here for a start within seconds), or hold the task until
+   it with a ticket (taskq.flowcontrol.rates); a copy redeeming its ticket runs at its start.
 Slots taken are renewed while the task runs and released after it settled, waking the
 oldest task parked on that key.
 """
@@ -39,9 +39,9 @@ from taskq.flowcontrol.held import (
 )
 from taskq.flowcontrol.keys import ALL, token
 from taskq.flowcontrol.options import FlowLimits, key_of
-from taskq.flowcontrol.rates import RateWindows
+from taskq.flowcontrol.rates import RateWindows, wait_until
 from taskq.flowcontrol.slots import KeySlots, Slot
-from taskq.flowcontrol.store import ensure_limits, ensure_rates
+from taskq.flowcontrol.store import ensure_limits
 from taskq.ids import new_id
 from taskq.policy import Hold
 from taskq.task import Task
@@ -120,12 +120,10 @@ class Admission:
             if flow.rate_key is None
             else token(key_of(flow.rate_key, task.validator.signature, args, kwargs))
         )
-        await ensure_rates(self.client, flow.rate.period)
         windows = RateWindows(self.client, task.name, key, flow.rate)
-        if windows.ticket_ok(job.delivery.header(TICKET), time.time()):
-            return None  # its window was reserved when it was held
-        verdict = await windows.admit()
-        if verdict.window is None:
+        verdict = await windows.admit(job.delivery.header(TICKET))
+        if verdict.start is not None:  # now, or within a moment: wait here, then run
+            await wait_until(verdict.start)
             return None
         shown = f"rate_limit {flow.rate}" + ("" if key == ALL else f" (key {key})")
         return Hold(shown, group("rate", key, task.name), verdict.until, ticket=verdict.ticket)

@@ -1,91 +1,164 @@
-"""Rate limits (`rate_limit="50/s"`, `/m`, `/h`; per key with `rate_limit_key=`) as ADR-49
-counters in clock-aligned windows.
+"""Rate limits (`rate_limit="50/s"`, `/m`, `/h`; per key with `rate_limit_key=`): never more
+than N starts in any window of W seconds — a sliding window, not clock-aligned ones (with
+fixed windows, N at the end of one and N at the start of the next made 2N within W).
 
-Window `w` of a `N/period` limit is `[w * period, (w + 1) * period)` in Unix time; its
-counter is `<prefix>.rate.<w>.<key>.<task>` in the `<PREFIX>_RATES` stream. Taking a place
-is one `Nats-Incr: +1`: the server adds and returns the new total in the publish
-acknowledgement, so any number of workers count without conflicts (measured: 29,000
-increments/s from 3 connections, each total distinct; a read-compare-and-set loop managed
-740/s with 18,000 conflicts). A total within N runs now. Past N, the task reserves a later
-window the same way (skipping ahead by how far over N the totals are) and is held until
-that window opens, carrying a ticket for it: it then runs without counting again. Each held
-task is re-published once, however long the backlog.
+One record per limit (and key) in `<PREFIX>_LIMITS`, `<prefix>.limit.rate.<key>.<task>`:
+the planned starts (epoch ms, each with a reservation nonce) that still matter — those of
+the last W seconds and those reserved ahead — in order. A worker admitting a task reads it,
+picks the earliest start `s >= now` that keeps every window of W seconds at N planned starts
+or fewer (`earliest`), and writes it back compare-and-set on the record's sequence (another
+worker's write in between: read again). The record carries a TTL: it vanishes W seconds
+after its last planned start.
 
-Fixed windows: at most N starts per window; with `/m` and `/h` a window's N may start
-together at its beginning. Counters live in one stream per period length and age out of it
-(taskq.topology.specs.rates_stream): their number is bounded by what a horizon can hold.
+* `s` now: the task runs.
+* `s` within HOLD_AHEAD seconds: the task waits in the worker (its slot held) and runs then.
+* later: it is held as a schedule firing shortly before `s`, carrying a ticket
+  (`Taskq-Rate-Ticket: <s>:<nonce>`). When the copy comes, its reservation is taken off the
+  record (compare-and-set: a ticket runs once, and a forged or spent one is admitted afresh),
+  it waits to `s` and runs. A copy that comes past `s` (a busy worker) is admitted afresh:
+  a late start never overlaps another's window.
+* Reservations reach at most `rate_horizon(W)` ahead and MAX_LOG entries; past that a task
+  is held without one, to try again later (each held task is re-published once otherwise).
 """
 
 from __future__ import annotations
 
-import math
+import asyncio
+import json
+import secrets
 import time
 from dataclasses import dataclass
 
 from taskq.client import Client
 from taskq.flowcontrol.options import Rate
+from taskq.flowcontrol.store import ensure_limits
+from taskq.nats import StoredMessage
+from taskq.retrying import retry_transient
 from taskq.topology.specs import rate_horizon
 
-LIMIT_HEADER = "Taskq-Limit"  # kept on each counter message: `taskq limits` reads it
-LATE = 1.0  # seconds a ticket stays good after its window closed (schedules fire late)
+HOLD_AHEAD = 2.0  # seconds a task may wait in the worker for its start
+EARLY = 1.5  # a held copy's schedule fires this long before its start (whole seconds)
+LATE = 0.25  # seconds past its start a ticketed copy still runs on its ticket
+MAX_LOG = 10_000  # planned starts one record keeps, at most (~150 KB)
+CONTENTION = 64  # compare-and-set attempts before giving up for now
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """Run now (`window` None), or hold until `until` (epoch seconds) with `ticket`."""
+    """Run at `start` (epoch s; now or soon), or hold until `until` with `ticket`."""
 
-    window: int | None
+    start: float | None
     until: float = 0.0
     ticket: str = ""
 
 
+def earliest(log: list[int], now: int, limit: int, window: int) -> int:
+    """The earliest start (ms) >= `now` that keeps every window of `window` ms at `limit`
+    planned starts or fewer, given the sorted planned starts `log`. Feasibility changes
+    only where an earlier start leaves the window, so the candidates are `now` and each
+    start + `window`; one past the last start always fits."""
+    for start in sorted({now, *(t + window for t in log if t + window > now)}):
+        if _fits(log, start, limit, window):
+            return start
+    raise AssertionError("unreachable: a start after every window fits")
+
+
+def _fits(log: list[int], start: int, limit: int, window: int) -> bool:
+    """Whether every `limit` + 1 consecutive starts of `log` with `start` span `window`."""
+    merged = sorted([*log, start])
+    at = merged.index(start)
+    for first in range(max(0, at - limit), at + 1):
+        last = first + limit
+        if last < len(merged) and merged[last] - merged[first] < window:
+            return False
+    return True
+
+
 class RateWindows:
-    """The windows of one rate limit: a task's, or one key's of it."""
+    """One rate limit's record: a task's, or one key's of it."""
 
     def __init__(self, client: Client, task: str, key: str, rate: Rate) -> None:
         self.client = client
         self.task = task
         self.key = key
         self.rate = rate
+        self.subject = client.names.limit_subject("rate", key, task)
+        self.window = int(rate.period * 1000)
 
-    def subject(self, window: int) -> str:
-        return self.client.names.rate_subject(self.rate.period, window, self.key, self.task)
+    async def admit(self, ticket: str | None) -> Verdict:
+        """Run now or soon, or hold with a reservation; a valid ticket runs at its start."""
+        stream = await ensure_limits(self.client)
+        if ticket and (start := await self._redeem(stream, ticket)) is not None:
+            return Verdict(start)
+        for _ in range(CONTENTION):
+            verdict = await self._reserve(stream)
+            if verdict is not None:
+                return verdict
+        return Verdict(None, time.time() + HOLD_AHEAD)  # too busy: a little later
 
-    def window(self, at: float) -> int:
-        return math.floor(at / self.rate.period)
+    async def _reserve(self, stream: str) -> Verdict | None:
+        """One read-decide-write round; None when another worker wrote in between."""
+        stored = await self.client.connection.messages.last(stream, self.subject)
+        now = int(time.time() * 1000)
+        entries = [e for e in _entries(stored) if e[0] > now - self.window]
+        start = earliest([e[0] for e in entries], now, self.rate.limit, self.window)
+        if start - now > rate_horizon(self.rate.period) * 1000 or len(entries) >= MAX_LOG:
+            return Verdict(None, now / 1000 + rate_horizon(self.rate.period) / 2)
+        nonce = secrets.token_hex(4)
+        if not await self._write(stream, stored, [*entries, (start, nonce)], now):
+            return None
+        if (start - now) / 1000 <= HOLD_AHEAD:
+            return Verdict(start / 1000)
+        return Verdict(None, start / 1000 - EARLY, f"{start}:{nonce}")
 
-    def ticket_ok(self, ticket: str | None, now: float) -> bool:
-        """True for a ticket of this limit whose window is open (or just closed)."""
-        if not ticket:
-            return False
-        period, _, window = ticket.partition(":")
-        if period != f"{self.rate.period:g}" or not window.lstrip("-").isdigit():
-            return False
-        start = int(window) * self.rate.period
-        return start - LATE <= now < start + self.rate.period + LATE
+    async def _redeem(self, stream: str, ticket: str) -> float | None:
+        """The start of a reservation this ticket holds, taken off the record so it runs
+        once; None for a ticket that is late, spent, forged or another limit's."""
+        start_text, _, nonce = ticket.partition(":")
+        if not start_text.isdigit() or not nonce:
+            return None
+        start = int(start_text)
+        for _ in range(CONTENTION):
+            stored = await self.client.connection.messages.last(stream, self.subject)
+            entries = _entries(stored)
+            if time.time() * 1000 > start + LATE * 1000 or (start, nonce) not in entries:
+                return None
+            spent = [(t, n) if (t, n) != (start, nonce) else (t, "") for t, n in entries]
+            if await self._write(stream, stored, spent, int(time.time() * 1000)):
+                return start / 1000
+        return None
 
-    async def admit(self) -> Verdict:
-        """Take a place in the current window, or reserve one in a later window."""
-        now, horizon = time.time(), rate_horizon(self.rate.period)
-        current = self.window(now)
-        total = await self._count(current)
-        target = current
-        for _ in range(32):
-            if total <= self.rate.limit:
-                return self._verdict(current, target)
-            target += max(1, math.ceil((total - self.rate.limit) / self.rate.limit))
-            if (target - current) * self.rate.period > horizon:
-                break
-            total = await self._count(target)
-        # too far ahead to reserve (counters age out): come back later and try again
-        return Verdict(target, now + horizon / 2)
+    async def _write(
+        self, stream: str, stored: StoredMessage | None, entries: list[tuple[int, str]], now: int
+    ) -> bool:
+        entries = sorted(entries)
+        body = json.dumps({"limit": str(self.rate), "starts": entries}).encode()
+        ttl = (max(t for t, _ in entries) - now) / 1000 + self.rate.period + 60
+        last = stored.seq if stored is not None else 0
+        records = self.client.connection.records
+        written = await retry_transient(lambda: records.replace(self.subject, body, last, ttl=ttl))
+        return written is not None
 
-    def _verdict(self, current: int, target: int) -> Verdict:
-        if target == current:
-            return Verdict(None)
-        return Verdict(target, target * self.rate.period, f"{self.rate.period:g}:{target}")
+    async def in_use(self) -> int:
+        """Starts planned within the last window (for `taskq limits`)."""
+        stream = await ensure_limits(self.client)
+        stored = await self.client.connection.messages.last(stream, self.subject)
+        now = time.time() * 1000
+        return sum(1 for t, _ in _entries(stored) if now - self.window < t <= now)
 
-    async def _count(self, window: int) -> int:
-        return await self.client.connection.records.increment(
-            self.subject(window), 1, {LIMIT_HEADER: str(self.rate)}
-        )
+
+def _entries(stored: StoredMessage | None) -> list[tuple[int, str]]:
+    if stored is None:
+        return []
+    try:
+        starts = json.loads(stored.data)["starts"]
+        return [(int(t), str(n)) for t, n in starts]
+    except (ValueError, KeyError, TypeError):
+        return []  # not a record of ours: start afresh
+
+
+async def wait_until(start: float) -> None:
+    """Sleep until `start` (epoch seconds), if it is still to come."""
+    delay = start - time.time()
+    if delay > 0:
+        await asyncio.sleep(delay)

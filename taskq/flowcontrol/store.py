@@ -6,19 +6,12 @@ from collections.abc import Awaitable, Callable
 
 from taskq.client import Client
 from taskq.retrying import retry_transient
-from taskq.topology.specs import limits_stream, rates_stream
+from taskq.topology.specs import limits_stream
 
 
 async def ensure_limits(client: Client) -> str:
     """The `<PREFIX>_LIMITS` stream (TTL records), created if missing; its name."""
     spec = limits_stream(client.names, client.settings)
-    await _ensure_once(client, spec.name, lambda: client.connection.streams.ensure(spec))
-    return spec.name
-
-
-async def ensure_rates(client: Client, period: float) -> str:
-    """The `<PREFIX>_RATES_<period>` stream (counters), created if missing; its name."""
-    spec = rates_stream(client.names, client.settings, period)
     await _ensure_once(client, spec.name, lambda: client.connection.streams.ensure(spec))
     return spec.name
 

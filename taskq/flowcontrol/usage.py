@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
-import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -23,7 +21,8 @@ from taskq.client import Client
 from taskq.errors import NotFound
 from taskq.flowcontrol.held import HELD_ROOT
 from taskq.flowcontrol.keys import ALL, task_token
-from taskq.flowcontrol.options import FlowLimits, KeySource
+from taskq.flowcontrol.options import FlowLimits, KeySource, Rate
+from taskq.flowcontrol.rates import RateWindows
 from taskq.flowcontrol.store import ensure_limits
 from taskq.topology.partitions import Part, queues_on_server
 
@@ -147,21 +146,17 @@ async def _rate(client: Client, decl: dict[str, Any], held: Counter[str]) -> Lim
     task, text = str(decl["task"]), str(decl["rate_limit"])
     keyed = f" per {decl['rate_limit_key']}" if decl.get("rate_limit_key") else ""
     use = LimitUse(task, str(decl["queue"]), "rate_limit", text + keyed)
-    period = {"s": 1.0, "m": 60.0, "h": 3600.0}[text.rsplit("/", 1)[1]]
-    window = math.floor(time.time() / period)
-    stream, names = client.names.rates_stream(period), client.names
+    rate, names = Rate.parse(text, task), client.names
     try:
         state = await client.connection.streams.state(
-            stream, subjects_filter=names.rate_subject(period, window, "*", task)
+            names.limits_stream, subjects_filter=names.limit_subject("rate", "*", task)
         )
     except NotFound:
         return use
     for subject in state.subjects:
-        stored = await client.connection.messages.last(stream, subject)
-        if stored is not None:
-            key = subject.split(".")[4]
-            count = int(json.loads(stored.data).get("val", 0))
-            use.keys[key if key != ALL else "-"] = count
+        key = subject.split(".")[3]
+        count = await RateWindows(client, task, key, rate).in_use()
+        use.keys[key if key != ALL else "-"] = count
     use.in_use = sum(use.keys.values())
     use.held = _held_by(held, "rate", task)
     return use

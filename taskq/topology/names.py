@@ -263,15 +263,3 @@ class Names:
     @property
     def limits_filter(self) -> str:
         return f"{self.prefix}.limit.>"
-
-    # rate-limit windows: one stream per period length (1, 60, 3600 s), so counters age out
-    # with their period's horizon, not the longest one's
-    def rates_stream(self, period: float) -> str:
-        return f"{self._up}_RATES_{int(period)}"
-
-    def rate_subject(self, period: float, window: int, token: str, task: str) -> str:
-        """The counter of window `window` of a `period`-long rate limit of a task (and key)."""
-        return f"{self.prefix}.rate.{int(period)}.{window}.{token}.{task}"
-
-    def rates_filter(self, period: float) -> str:
-        return f"{self.prefix}.rate.{int(period)}.>"

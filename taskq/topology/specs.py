@@ -252,29 +252,11 @@ def limits_stream(names: Names, settings: Settings) -> StreamSpec:
     )
 
 
-RATE_HORIZON = 86400.0  # rate-limit windows reserved at most this far ahead (seconds)
+RATE_HORIZON = 86400.0  # rate-limited starts reserved at most this far ahead (seconds)
 RATE_WINDOWS_AHEAD = 600  # ...and at most this many windows ahead
 
 
 def rate_horizon(period: float) -> float:
-    """How far ahead a held task may reserve a window of a `period`-long limit: 10 minutes
-    of 1 s windows, 10 hours of minutes, a day of hours."""
+    """How far ahead a held task may reserve a start under a `period`-long limit: 10
+    minutes for `/s` limits, 10 hours for `/m`, a day for `/h`."""
     return min(RATE_HORIZON, RATE_WINDOWS_AHEAD * period)
-
-
-def rates_stream(names: Names, settings: Settings, period: float) -> StreamSpec:
-    """Rate-limit windows of one period length as ADR-49 counters. A counter may stand for
-    a window as far ahead as a held task may reserve, so it is kept that long plus two
-    windows, then ages out (a counter stream takes no per-message TTL; the horizon bounds
-    what hostile volume can store: 12 minutes of counters for `/s` limits)."""
-    return StreamSpec(
-        name=names.rates_stream(period),
-        subjects=(names.rates_filter(period),),
-        retention="limits",
-        replicas=settings.replicas,
-        max_age=rate_horizon(period) + 2 * period + 60.0,
-        duplicate_window=settings.duplicate_window,
-        counters=True,
-        max_msgs_per_subject=1,
-        description="taskq flow control: rate-limit windows (counters)",
-    )

@@ -109,7 +109,7 @@ PRODUCER_MAY_NOT_PUBLISH = [
     "$KV.TASKQ_WORKERS.anything",
     "taskq.limit.slot.k.hold",  # taking a per-key slot
     "taskq.limit.claim.t.hold",
-    "taskq.rate.1.0._all.hold",
+    "taskq.limit.rate._all.hold",  # a rate limit's record of planned starts
     "$O.TASKQ_BLOBS.M.anything",  # the object store lets any writer purge it
     "$JS.API.STREAM.DELETE.TASKQ_Q_DEFAULT",
     "$JS.API.STREAM.PURGE.TASKQ_Q_DEFAULT",

@@ -59,7 +59,7 @@ def test_a_plain_id_and_a_digest_never_meet() -> None:
 @given(anything)
 def test_keys_become_one_subject_token(key: str) -> None:
     check(names.limit_subject("unique", token(key), "task"))
-    check(names.rate_subject(1, 7, token(key), "task"))
+    check(names.limit_subject("rate", token(key), "task"))
     assert "." not in token(key)
 
 

@@ -23,6 +23,7 @@ class Cluster:
 
     def __init__(self, folder: Path) -> None:
         import pyspark  # a dev dependency: never skipped
+
         self.spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
         self.port = lease_port()
         self.url = f"spark://127.0.0.1:{self.port}"
