@@ -84,6 +84,16 @@ async def app(nats_url: str, prefix: str) -> AsyncIterator[App]:
     await asyncio.to_thread(application.close)
 
 
+@pytest.fixture
+async def keyed(nats_url: str, prefix: str) -> AsyncIterator[App]:
+    """An app on this test's server and prefix with an encryption key of its own."""
+    from taskq.sealing import new_key
+
+    application = App(url=nats_url, prefix=prefix, encryption_key=new_key())
+    yield application
+    await application.aclose()
+
+
 @contextlib.asynccontextmanager
 async def running_worker(app: App, **options: Any) -> AsyncIterator[Worker]:
     """A Worker running in this event loop for the duration of the block."""

@@ -125,7 +125,7 @@ async def test_large_bodies_through_schedules_and_parking_still_run(
     from asyncio import Event
 
     from taskq.sealing import new_key
-    from tests.test_large_payloads import chunks
+    from tests.stored import chunks
 
     app = App(url=nats_url, prefix=prefix, encryption_key=new_key())
     release = Event()

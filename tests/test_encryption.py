@@ -8,7 +8,6 @@ import asyncio
 import base64
 import json
 import os
-from collections.abc import AsyncIterator
 
 import nats
 import pytest
@@ -22,33 +21,7 @@ from taskq.results import fetch, wait
 from taskq.sealing import MAGIC, is_sealed, new_key, sealed_with
 from taskq.settings import Settings
 from tests.conftest import run_cli, running_worker, wait_until
-
-MARKER = "s3cret-Marker-7x"  # must appear nowhere in the server's stored bytes
-
-
-@pytest.fixture
-async def keyed(nats_url: str, prefix: str) -> AsyncIterator[App]:
-    application = App(url=nats_url, prefix=prefix, encryption_key=new_key())
-    yield application
-    await application.aclose()
-
-
-async def stored_bodies(reader: App) -> list[bytes]:
-    """Every message body stored for this prefix (queues, DLQ, KV buckets' streams), read
-    by an app without a key: what someone with the server's disk would see."""
-    broker = (await reader.client()).connection
-    bodies: list[bytes] = []
-    for name in await broker.streams.listing():
-        if reader.settings.prefix.upper() not in name:
-            continue
-        state = await broker.streams.state(name)
-        if not state.messages:
-            continue
-        for seq in range(max(1, state.first_seq), state.last_seq + 1):
-            found = await broker.messages.get(name, seq)
-            if found is not None:
-                bodies.append(found.data)
-    return bodies
+from tests.stored import MARKER, stored_bodies
 
 
 async def test_nothing_stored_holds_plaintext(keyed: App, app: App) -> None:

@@ -5,35 +5,14 @@ sealing composes with it, and a large task's dead letter keeps its whole origina
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-
-import pytest
 
 from taskq import App
 from taskq.dlq.browse import list_dead
 from taskq.dlq.oversize import original_bytes
-from taskq.sealing import new_key
 from tests.conftest import running_worker, wait_until
-from tests.test_encryption import MARKER, stored_bodies
+from tests.stored import MARKER, chunks, stored_bodies
 
 FIVE_MB = 5 * 2**20
-
-
-@pytest.fixture
-async def keyed(nats_url: str, prefix: str) -> AsyncIterator[App]:
-    application = App(url=nats_url, prefix=prefix, encryption_key=new_key())
-    yield application
-    await application.aclose()
-
-
-async def chunks(app: App, bucket: str) -> int:
-    """Chunk messages stored in an object-store bucket (0 once its objects are deleted)."""
-    broker = (await app.client()).connection
-    stream = f"OBJ_{bucket}"
-    if stream not in await broker.streams.listing():
-        return 0
-    state = await broker.streams.state(stream, f"$O.{bucket}.C.>")
-    return sum(state.subjects.values())
 
 
 async def test_five_megabyte_arguments_and_result_round_trip(app: App) -> None:

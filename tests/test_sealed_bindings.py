@@ -6,7 +6,6 @@ with a reason while the queue goes on."""
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
 
 import nats
 import pytest
@@ -18,14 +17,7 @@ from taskq.ids import safe_id
 from taskq.results import fetch
 from taskq.sealing import LEGACY_MAGIC, MAGIC, Sealer, key_id, new_key, parse_key
 from tests.conftest import running_worker, wait_until
-from tests.test_encryption import MARKER
-
-
-@pytest.fixture
-async def keyed(nats_url: str, prefix: str) -> AsyncIterator[App]:
-    application = App(url=nats_url, prefix=prefix, encryption_key=new_key())
-    yield application
-    await application.aclose()
+from tests.stored import MARKER
 
 
 async def test_a_result_copied_under_another_key_is_undecodable(keyed: App, nats_url: str) -> None:

@@ -5,26 +5,15 @@ argument, result, progress message and error carries. Debounced tasks then run."
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-
-import pytest
 
 import taskq
 from taskq import App, chain, chord, group
 from taskq.handle import TaskHandle
 from taskq.nats import StoredMessage
-from taskq.sealing import new_key
 from tests.conftest import running_worker, wait_until
-from tests.test_encryption import MARKER
+from tests.stored import MARKER
 
 BIG = 2 * 2**20
-
-
-@pytest.fixture
-async def keyed(nats_url: str, prefix: str) -> AsyncIterator[App]:
-    application = App(url=nats_url, prefix=prefix, encryption_key=new_key())
-    yield application
-    await application.aclose()
 
 
 async def stored_messages(reader: App) -> list[StoredMessage]:
