@@ -19,6 +19,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 
 class Unavailable(RuntimeError):
     """A program the tests need is missing and could not be installed."""
@@ -61,3 +63,29 @@ def _run(cmd: list[str], env: dict[str, str], why: str) -> int:
     print(f"{why}: {' '.join(cmd)}", file=sys.stderr, flush=True)
     done = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, timeout=1200, check=False)
     return done.returncode
+
+
+class Prerequisite:
+    """A system program some tests need: installed before any test runs when one of them
+    was collected (outside every test's timeout: apt-get can take minutes on a fresh
+    machine), and a clear failure of those tests, never a skip, when it cannot be."""
+
+    def __init__(self, fixture: str, install: Callable[[], object], what: str) -> None:
+        self.fixture = fixture  # the fixture the tests that need it use
+        self.install = install
+        self.what = what  # "browser tests need Chromium", for the failure
+        self.problem = ""
+
+    def collected(self, items: list[pytest.Item]) -> None:
+        """For `pytest_collection_modifyitems`: install now if a test here needs it."""
+        wanted = any(self.fixture in getattr(item, "fixturenames", ()) for item in items)
+        if wanted and not self.problem:
+            try:
+                self.install()
+            except Unavailable as exc:
+                self.problem = str(exc) or type(exc).__name__
+
+    def require(self) -> None:
+        """In the fixture: fail the test (with why) when the program is missing."""
+        if self.problem:
+            pytest.fail(f"{self.what}: {self.problem}", pytrace=False)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tests.system_packages import Unavailable, ensure
+from tests.system_packages import ensure
 
 CHROMIUM = Path(os.environ.get("TASKQ_TEST_CHROMIUM", "/usr/bin/chromium"))
 PACKAGES = ("chromium", "chromium-driver")
@@ -29,9 +29,6 @@ FLAGS = (
     "--disable-sync",
     "--disable-dev-shm-usage",
 )
-
-
-BrowserUnavailable = Unavailable
 
 
 def ensure_chromium() -> Path:

@@ -15,29 +15,22 @@ import pytest
 from playwright.async_api import Page, async_playwright
 
 from tests.conftest import ROOT, cli_argv
-from tests.dashboard.browser import FLAGS, BrowserUnavailable, ensure_chromium
+from tests.dashboard.browser import FLAGS, ensure_chromium
 from tests.dashboard.http import Http
+from tests.system_packages import Prerequisite
 
 IMAGES = ROOT / "docs" / "images"
-PROBLEM: list[str] = []  # why Chromium is unavailable, once known
+CHROMIUM = Prerequisite("chromium", ensure_chromium, "browser tests need Chromium")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Install Chromium before any test runs when a browser test was collected: outside
-    every test's timeout (apt-get can take minutes on a fresh machine)."""
-    wanted = any("chromium" in getattr(item, "fixturenames", ()) for item in items)
-    if wanted and not PROBLEM:
-        try:
-            ensure_chromium()
-        except BrowserUnavailable as exc:
-            PROBLEM.append(str(exc))
+    CHROMIUM.collected(items)
 
 
 @pytest.fixture(scope="session")
 def chromium() -> str:
     """The Chromium binary; the test FAILS (never skips) when there is none."""
-    if PROBLEM:
-        pytest.fail(f"browser tests need Chromium: {PROBLEM[0]}", pytrace=False)
+    CHROMIUM.require()
     return str(ensure_chromium())
 
 

@@ -7,29 +7,22 @@ from pathlib import Path
 
 import pytest
 
-from tests.powercut.mount import FuseUnavailable, ensure_fuse
+from tests.powercut.mount import ensure_fuse
 from tests.powercut.rig import Rig, cluster_rig, single_rig
+from tests.system_packages import Prerequisite
 
-PROBLEM: list[str] = []  # why FUSE is unavailable, once known
+FUSE = Prerequisite("rig", ensure_fuse, "power-cut tests need FUSE")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Install fuse3 before any test runs when a power-cut test was collected: outside
-    every test's timeout (apt-get can take a while on a fresh machine)."""
-    wanted = any("rig" in getattr(item, "fixturenames", ()) for item in items)
-    if wanted and not PROBLEM:
-        try:
-            ensure_fuse()
-        except FuseUnavailable as exc:
-            PROBLEM.append(str(exc))
+    FUSE.collected(items)
 
 
 @pytest.fixture
 def rig(tmp_path: Path) -> Iterator[Callable[..., Awaitable[Rig]]]:
     """Make a rig: `await rig("single" | "cluster", sync=None | "always")`. The test FAILS
     (never skips) without FUSE; every mount is unmounted afterwards, whatever happened."""
-    if PROBLEM:
-        pytest.fail(f"power-cut tests need FUSE: {PROBLEM[0]}", pytrace=False)
+    FUSE.require()
     made: list[Rig] = []
 
     async def make(kind: str, sync: str | None) -> Rig:

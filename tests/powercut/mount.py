@@ -28,7 +28,7 @@ from tests.system_packages import Unavailable, ensure
 PACKAGES = ("fuse3", "libfuse3-3")
 
 
-class FuseUnavailable(RuntimeError):
+class FuseUnavailable(Unavailable):
     """FUSE cannot be used here (no /dev/fuse, or fuse3 could not be installed)."""
 
 

@@ -15,19 +15,30 @@ from taskq.policy import Outcome
 from taskq.settings import Settings
 from taskq.workers import Worker
 from taskq.workers.spark_session import SparkRuntime
-from tests.system_packages import ensure
+from tests.system_packages import Prerequisite, ensure
 
 STARTED: dict[str, float] = {}
 
 
-JAVA = ("openjdk-17-jre-headless",)  # Spark 4 runs on Java 17 or 21 (Debian 12 has 17)
+JAVA = Prerequisite(
+    "spark_session",
+    # Spark 4 runs on Java 17 or 21 (Debian 12 has 17)
+    lambda: ensure(
+        lambda: shutil.which("java") is not None, ("openjdk-17-jre-headless",), "Spark tests"
+    ),
+    "Spark tests need Java",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    JAVA.collected(items)
 
 
 @pytest.fixture(scope="session")
 def spark_session() -> Iterator[Any]:
     """Never skipped: the test run installs a Java runtime when the machine has none, and a
     Spark that still cannot start fails the tests with the reason."""
-    ensure(lambda: shutil.which("java") is not None, JAVA, "Spark tests")
+    JAVA.require()
     runtime = SparkRuntime(Settings(spark_master="local[2]"))
     try:
         runtime.check()
