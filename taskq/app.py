@@ -11,7 +11,7 @@ from dataclasses import fields
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
 
-from taskq import queue_control
+from taskq import queue_control, task_list
 from taskq.batching import Batching
 from taskq.client import Client
 from taskq.errors import ConfigError
@@ -224,6 +224,22 @@ class App:
     async def purge_queue(self, queue: str, task: str | None = None) -> int:
         """Remove the tasks `queue` holds (only `task`'s, if given); returns how many."""
         return await queue_control.purge_queue(self, queue, task)
+
+    # -- looking at tasks (see taskq.task_list) ----------------------------------------------
+    async def recent_tasks(
+        self,
+        *,
+        name: str | None = None,
+        queue: str | None = None,
+        state: str | None = None,
+        id_prefix: str | None = None,
+        limit: int = 50,
+        before: int | None = None,
+    ) -> task_list.TaskPage:
+        """A page of recorded tasks, newest first, matching the filters (each None: any);
+        `before` is the `older` cursor of the page before (`taskq tasks ls`)."""
+        filters = task_list.TaskFilters(name, queue, state, id_prefix)
+        return await task_list.recent(self, filters, limit=limit, before=before)
 
     # -- connection ------------------------------------------------------------------------
     @property

@@ -53,6 +53,8 @@ class ResultRecord(BaseModel):
     kwargs: dict[str, Any] | None = None
     enqueued_at: str | None = None
     workflow: str | None = None  # the id of the workflow's final task, for a member
+    # a workflow's final task that never ran: the step whose failure (or cancel) ended it
+    failed_step: str | None = None
 
     def raise_if_failed(self, task_id: str) -> None:
         if self.state == "cancelled":

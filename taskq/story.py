@@ -10,6 +10,7 @@ letter. Attempts whose worker died left no record: their numbers are missing fro
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -19,7 +20,9 @@ from taskq.ids import safe_id
 from taskq.locate import Waiting, find_waiting
 from taskq.progress import Progress, latest
 from taskq.registry import running_on
-from taskq.results import FINAL, ResultRecord, ensure_results
+from taskq.results import FINAL, ResultRecord, ensure_results, fetch
+
+_DIGEST = re.compile(r"h\.[0-9a-f]{64}")  # the key of an id that is not plain (safe_id)
 
 
 @dataclass
@@ -55,6 +58,8 @@ class TaskStory:
     reason: str = ""
     dead_letter: dict[str, Any] | None = None
     workflow: str | None = None
+    failed_step: str | None = None  # a final task that never ran: the step that ended it
+    failed_task: str = ""  # ...and that step's task
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -73,10 +78,12 @@ async def story(source: ClientSource, task_id: str) -> TaskStory | None:
         records = await _records(client, task_id)
     if not records and waiting is None:
         return None
-    told = TaskStory(
-        task_id, attempts=[_attempt(r) for r in records if r.state != "cancelled" or r.worker]
-    )
+    attempts = [r for r in records if (r.state != "cancelled" or r.worker) and not r.failed_step]
+    told = TaskStory(task_id, attempts=[_attempt(r) for r in attempts])
     _from_records(told, records)
+    if told.failed_step:
+        step = await fetch(client, told.failed_step)
+        told.failed_task = step.task if step is not None else ""
     if waiting is not None:
         _from_waiting(told, waiting)
         told.running_on = await running_on(client, task_id)
@@ -89,7 +96,10 @@ async def story(source: ClientSource, task_id: str) -> TaskStory | None:
 
 
 async def _records(client: Client, task_id: str) -> list[ResultRecord]:
-    history = await client.connection.kv.history(client.names.results_bucket, safe_id(task_id))
+    kv, bucket = client.connection.kv, client.names.results_bucket
+    history = await kv.history(bucket, safe_id(task_id))
+    if not history and _DIGEST.fullmatch(task_id):  # a key as listed (taskq.task_list)
+        history = await kv.history(bucket, task_id)
     found = []
     for entry in history:
         if not entry.deleted:
@@ -127,6 +137,7 @@ def _from_records(told: TaskStory, records: list[ResultRecord]) -> None:
             last.error,
             last.reason,
         )
+        told.failed_step = last.failed_step
 
 
 def _from_waiting(told: TaskStory, waiting: Waiting) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import traceback
 from typing import Any
 
-from taskq.flow import final_id
+from taskq.envelope import Envelope
+from taskq.flow import ChainFlow, ChordFlow, Step, final_id
 from taskq.policy import Ack, Cancel, Dead, Decision, Failure, Nak, Outcome, Success
 from taskq.registry import stamp, worker_name
 from taskq.results import ResultRecord
@@ -57,6 +58,27 @@ def _verdict(decision: Decision, outcome: Outcome | None) -> dict[str, Any]:
         return {"state": "failed", "error": error}
     assert isinstance(decision, Dead)
     return {"state": "dead", "error": error, "reason": decision.reason}
+
+
+def final_record(envelope: Envelope, record: ResultRecord) -> ResultRecord:
+    """What a workflow's final task records when a member ends the workflow (dead or
+    cancelled) before it could run: the member's verdict (state, error, reason: what the
+    workflow's waiters get) under the final task's own name, queue and call as the
+    workflow declared it, naming the step that ended it; no attempt of its own."""
+    step = _final_step(envelope)
+    own: dict[str, Any] = {"attempts": 0, "worker": "", "started_at": None, "workflow": None}
+    if step is not None:
+        own |= {"task": step.task, "queue": step.queue, "args": step.args, "kwargs": step.kwargs}
+    return record.model_copy(update={**own, "enqueued_at": None, "failed_step": envelope.id})
+
+
+def _final_step(envelope: Envelope) -> Step | None:
+    flow = envelope.flow
+    if isinstance(flow, ChainFlow) and flow.rest:
+        return flow.rest[-1]
+    if isinstance(flow, ChordFlow):
+        return flow.callback
+    return None
 
 
 def _call(job: Job) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from taskq.retrying import retry_transient
 from taskq.workers.admission import Admission
 from taskq.workers.job import Job
 from taskq.workers.logs import BUFFERED, SETTLED, write_direct
-from taskq.workers.outcomes import record_fields, result_record
+from taskq.workers.outcomes import final_record, record_fields, result_record
 from taskq.workers.settle_group import Handed, SettleGroup
 from taskq.workflows import advance
 
@@ -130,7 +130,7 @@ class Settler:
             await advance(self.client, envelope, outcome.value)  # before the ack
         elif isinstance(decision, Dead | Cancel) and record is not None and final:
             # the workflow ends visibly: its final task reports this member's error/cancel
-            await store_result(self.client, final, record)
+            await store_result(self.client, final, final_record(envelope, record))
 
     async def _dead_letter(self, job: Job, dead: Dead, outcome: Outcome | None) -> None:
         """Store the dead letter (unless the settle group did), then TERM: a message is

@@ -13,6 +13,7 @@ from taskq.cli.progressbar import progress
 from taskq.client import Client
 from taskq.dlq.browse import Filters, count_stored, get_dead, list_dead
 from taskq.dlq.record import REASONS, DeadLetter
+from taskq.tracebacks import terminal_lines
 
 
 def filter_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -93,9 +94,11 @@ def ls(
 @dlq.command()
 @click.argument("ref", metavar="ID|SEQ")
 @click.option("--json", "as_json", is_flag=True)
+@click.option("-v", "--verbose", is_flag=True, help="the traceback as recorded, taskq's frames too")
 @pass_ctx
-def show(ctx: Context, ref: str, as_json: bool) -> None:
-    """Everything about one dead letter: arguments and the full traceback."""
+def show(ctx: Context, ref: str, as_json: bool, verbose: bool) -> None:
+    """Everything about one dead letter: arguments and the traceback (the user's frames;
+    -v: taskq's too)."""
     record = ctx.run(lambda client: get_dead(client, ref))
     if record is None:
         raise click.BadParameter(f"no dead letter {ref!r}", param_hint="ID|SEQ")
@@ -108,9 +111,8 @@ def show(ctx: Context, ref: str, as_json: bool) -> None:
     message = record.model_dump(mode="json", include={"message"})["message"]  # typed or dict
     click.echo(f"{'message':13} {json.dumps(message)[:2000]}")
     click.echo(f"{'error':13} {record.error.type}: {record.error.message}")
-    if record.error.traceback:
-        click.echo("")
-        click.echo(record.error.traceback.rstrip())
+    for line in terminal_lines(record.error.traceback, verbose):
+        click.echo(line)
 
 
 @dlq.command()

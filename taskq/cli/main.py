@@ -24,6 +24,7 @@ from taskq.cli.queues import queues
 from taskq.cli.results import result
 from taskq.cli.schedules import schedules
 from taskq.cli.server import server
+from taskq.cli.task_list import tasks
 from taskq.cli.tasks import cancel, task
 from taskq.cli.worker import worker
 from taskq.cli.workers import workers
@@ -68,6 +69,7 @@ cli.add_command(dlq)
 cli.add_command(workers)
 cli.add_command(cancel)
 cli.add_command(task)
+cli.add_command(tasks)
 cli.add_command(limits)
 cli.add_command(dashboard)
 cli.add_command(exporter)

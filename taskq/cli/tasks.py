@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from taskq.cli.common import Context, pass_ctx
+from taskq.tracebacks import terminal_lines
 
 if TYPE_CHECKING:
     from taskq.cancels import CancelReport
@@ -44,8 +45,9 @@ def cancel(ctx: Context, task_ids: tuple[str, ...], as_json: bool) -> None:
 @click.command()
 @click.argument("task_id", metavar="ID")
 @click.option("--json", "as_json", is_flag=True)
+@click.option("-v", "--verbose", is_flag=True, help="the traceback as recorded, taskq's frames too")
 @pass_ctx
-def task(ctx: Context, task_id: str, as_json: bool) -> None:
+def task(ctx: Context, task_id: str, as_json: bool, verbose: bool) -> None:
     """Everything about task ID: state, call, attempts, progress, result or error, dead
     letter, workflow (exit 1 if no such task is known)."""
     from taskq.story import story
@@ -59,10 +61,10 @@ def task(ctx: Context, task_id: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(told.to_dict(), default=repr))
     else:
-        click.echo(render(told))
+        click.echo(render(told, verbose))
 
 
-def render(told: TaskStory) -> str:
+def render(told: TaskStory, verbose: bool = False) -> str:
     """The story as text, for people."""
     lines = [
         f"{told.task}[{told.id}]  {told.state}"
@@ -77,6 +79,9 @@ def render(told: TaskStory) -> str:
         lines.append(f"  due          {told.due}")
     if told.workflow:
         lines.append(f"  workflow     final task {told.workflow}")
+    if told.failed_step:
+        task = f" ({told.failed_task})" if told.failed_task else ""
+        lines.append(f"  never ran    step {told.failed_step}{task} of its workflow failed")
     if told.progress:
         p = told.progress
         lines.append(f"  progress     {_value(p['value'])} {p.get('message') or ''}".rstrip())
@@ -84,18 +89,18 @@ def render(told: TaskStory) -> str:
         error = f"  {a.error.get('type')}: {a.error.get('message')}" if a.error else ""
         span = f"{a.started_at or '?'} to {a.ended_at}"
         lines.append(f"  attempt {a.number:<3} {a.state:10} {a.worker or '?'} {span}{error}")
-    lines += _ending(told)
+    lines += _ending(told, verbose)
     return "\n".join(lines)
 
 
-def _ending(told: TaskStory) -> list[str]:
+def _ending(told: TaskStory, verbose: bool) -> list[str]:
     lines = []
     if told.state == "succeeded":
         lines.append(f"  result       {_short(told.result, 500)}")
     if told.error and told.state in ("dead", "failed"):
         lines.append(f"  error        {told.error.get('type')}: {told.error.get('message')}")
-        trace = told.error.get("traceback", "").rstrip()
-        lines += [f"    {line}" for line in trace.splitlines()[-12:]]
+        trace = terminal_lines(told.error.get("traceback", ""), verbose)
+        lines += [f"    {line}" for line in trace]
     if told.dead_letter:
         dl = told.dead_letter
         lines.append(

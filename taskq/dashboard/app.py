@@ -32,6 +32,7 @@ from taskq.errors import (
 PAGES = (
     ("/", overview.overview),
     ("/workers", overview.workers),
+    ("/tasks", tasks.task_list),
     ("/queues/{queue}", queues.queue_page),
     ("/tasks/{task_id:path}", tasks.task_page),
     ("/workflows/{flow_id:path}", tasks.workflow_page),

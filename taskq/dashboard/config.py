@@ -52,11 +52,12 @@ class UnsafeBind(ConfigError):
 
 class DashboardError(TaskqError):
     """A request the dashboard answers with an error page (or JSON): `status` is the
-    HTTP status."""
+    HTTP status; `see` a link the page offers instead (URL, text)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, see: tuple[str, str] | None = None) -> None:
         self.status = status
         self.message = message
+        self.see = see
         super().__init__(message)
 
 

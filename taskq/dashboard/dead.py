@@ -10,7 +10,6 @@ swept along with them.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from urllib.parse import urlencode
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -20,7 +19,7 @@ from taskq.dashboard.config import DashboardError
 from taskq.dashboard.forms import cursor, dlq_filters, filter_fields, text
 from taskq.dashboard.gate import checked_form
 from taskq.dashboard.render import ask, done, respond
-from taskq.dashboard.shared import client_of, url
+from taskq.dashboard.shared import client_of, link, url
 from taskq.dlq.browse import get_dead, iter_dead
 from taskq.dlq.pages import page as dead_page
 from taskq.dlq.purge import purge
@@ -63,8 +62,7 @@ async def dlq_page(request: Request) -> Response:
 
 
 def _link(fields: dict[str, str], **cursors: int | None) -> str:
-    query = {**fields, **{k: str(v) for k, v in cursors.items() if v is not None}}
-    return "/dlq" + (f"?{urlencode(query)}" if query else "")
+    return link("/dlq", fields, **cursors)
 
 
 async def record_page(request: Request) -> Response:
@@ -135,13 +133,29 @@ async def _matching(
     records = [r async for r in iter_dead(client, filters) if r.seq <= limit]
     if text(form, "confirm") == "yes":
         return records, None
-    verb = "Delete" if purging else "Requeue"
-    what = "ALL dead letters" if filters.empty else "the dead letters matching the filters"
-    question = f"{verb} {what}: {len(records)} record(s)?"
-    detail = "They are gone for good." if purging else "Each goes back to its own queue."
+    question = _question(purging, len(records), filter_fields(form))
+    detail = "They cannot be brought back." if purging else "Each goes back to its own queue."
     fields = {**filter_fields(form), "max_seq": str(limit)}
     back = _link(filter_fields(form))
-    return records, ask(request, question, detail, fields, len(records), back)
+    return records, ask(request, question, detail, fields, len(records), back, danger=purging)
+
+
+# How each filter reads in a bulk action's question.
+_SAYS = {
+    "queue": "queue {}",
+    "task": "task {}",
+    "reason": "reason {}",
+    "since": "failed within {}",
+    "until": "not within the last {}",
+    "q": "error containing “{}”",
+}
+
+
+def _question(purging: bool, count: int, fields: dict[str, str]) -> str:
+    """A bulk action's question, naming every filter it applies."""
+    which = ", ".join(_SAYS[key].format(value) for key, value in fields.items())
+    what = f"the {count} dead letter(s) with {which}" if which else f"ALL {count} dead letter(s)"
+    return f"Delete {what} for good?" if purging else f"Requeue {what}?"
 
 
 async def _last_seq(request: Request) -> int:

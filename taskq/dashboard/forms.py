@@ -16,9 +16,11 @@ from taskq.dashboard.config import DashboardError
 from taskq.dlq.browse import Filters
 from taskq.dlq.record import REASONS
 from taskq.errors import ConfigError
+from taskq.task_list import TaskFilters
 from taskq.topology.names import check_queue, check_task
 
 FILTER_KEYS = ("queue", "task", "reason", "since", "until", "q")
+TASK_KEYS = ("name", "queue", "state", "id")  # the task list's filters
 
 
 def text(values: Mapping[str, Any], name: str) -> str | None:
@@ -72,3 +74,21 @@ def dlq_filters(values: Mapping[str, Any]) -> Filters:
 def filter_fields(values: Mapping[str, Any]) -> dict[str, str]:
     """The filters as given (for links and hidden fields that repeat them)."""
     return {key: value for key in FILTER_KEYS if (value := text(values, key)) is not None}
+
+
+def task_filters(values: Mapping[str, Any]) -> TaskFilters:
+    """The task list's filters (a 400 for a name, queue or state that cannot be one)."""
+    try:
+        return TaskFilters(
+            name=text(values, "name"),
+            queue=text(values, "queue"),
+            state=text(values, "state"),
+            id_prefix=text(values, "id"),
+        )
+    except ConfigError as exc:
+        raise DashboardError(400, str(exc)) from None
+
+
+def task_fields(values: Mapping[str, Any]) -> dict[str, str]:
+    """The task list's filters as given (for links that repeat them)."""
+    return {key: value for key in TASK_KEYS if (value := text(values, key)) is not None}

@@ -198,4 +198,4 @@ def refuse(request: Request, error: DashboardError) -> Response:
     """The answer to a DashboardError: JSON `{"error"}` or the error page."""
     if wants_json(request):
         return json_response({"error": error.message}, status=error.status)
-    return page(request, "error.html", status=error.status, message=error.message)
+    return page(request, "error.html", status=error.status, message=error.message, see=error.see)

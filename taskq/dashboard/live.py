@@ -93,13 +93,14 @@ async def queue_events(client: Client, queues: list[str] | None) -> AsyncIterato
 
 async def task_events(client: Client, task_id: str) -> AsyncIterator[Event]:
     """`progress` and `state` events as they change, then `final` (and the stream ends)
-    once the task succeeded, died or was cancelled."""
+    once the task succeeded, died or was cancelled. A task with no record that no worker
+    runs gets no `state`: the page's own (queued, delayed, held) stands."""
     sent: dict[str, Any] = {}
     beat, running = 0, False
     every = max(1, round(client.settings.heartbeat / TASK_POLL))
     while True:
         record = await fetch(client, task_id)
-        state = record.state if record is not None else "queued"
+        state = record.state if record is not None else None
         if state in FINAL:
             yield "final", {"state": state}
             return
@@ -108,7 +109,8 @@ async def task_events(client: Client, task_id: str) -> AsyncIterator[Event]:
         state = "running" if running else state
         report = await latest(client, task_id)
         progress = report.model_dump() if report is not None else None
-        for name, value in (("state", {"state": state}), ("progress", progress)):
+        told = {"state": state} if state is not None else None
+        for name, value in (("state", told), ("progress", progress)):
             if value is not None and sent.get(name) != value:
                 sent[name] = value
                 yield name, value

@@ -18,6 +18,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from taskq.dashboard.config import DashboardConfig, DashboardError
 from taskq.envelope import parse_time
+from taskq.tracebacks import LINK_TEXT, fold, plural
 
 API = "/api"
 # What an action did, shown on the page it redirects to (a code, never text from the URL).
@@ -44,7 +45,13 @@ def environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters.update(
-        pretty=pretty, num=number, ago=ago, clock=clock, quote=quote_part, short=short
+        pretty=pretty,
+        num=number,
+        ago=ago,
+        clock=clock,
+        quote=quote_part,
+        short=short,
+        folded=folded_trace,
     )
     return env
 
@@ -108,6 +115,25 @@ def pretty(value: Any) -> str:
     )
 
 
+def folded_trace(text: str) -> list[dict[str, str]] | None:
+    """A traceback as the pages show it (taskq.tracebacks), one part per exception, the
+    raised one first: `head` (what it is to the one before: "" for the first), `shown`
+    (the user's frames, then the exception), `hidden` (taskq's frames, folded) and the
+    `summary` that folds them. None when it is not a traceback: shown as it is."""
+    parsed = fold(text)
+    if parsed is None:
+        return None
+    return [
+        {
+            "head": f"{LINK_TEXT[s.link]}: {s.exception}" if s.link else "",
+            "shown": "\n".join([*s.shown(), s.exception]),
+            "hidden": "\n".join(s.hidden_lines()),
+            "summary": f"{plural(len(s.hidden()))} ({', '.join(s.modules())})",
+        }
+        for s in parsed.sections
+    ]
+
+
 def short(value: Any, limit: int = 120) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=repr)
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -153,9 +179,11 @@ def ask(
     fields: dict[str, Any],
     count: int,
     back: str,
+    danger: bool = True,
 ) -> Response:
-    """The confirmation step of a destructive action: a page whose form repeats the
-    action with `confirm=yes`; for scripts, 409 with the count."""
+    """The confirmation step of an action on many things or one that cannot be undone: a
+    page whose form repeats the action with `confirm=yes` (its button styled as
+    destructive when `danger`); for scripts, 409 with the count."""
     if wants_json(request):
         return json_response({"error": "send confirm=yes to do it", "count": count}, 409)
     if count == 0:
@@ -169,4 +197,5 @@ def ask(
         action=request.url.path,
         fields=fields,
         back=back,
+        danger=danger,
     )

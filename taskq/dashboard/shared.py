@@ -3,7 +3,7 @@ dashboard process (on the server's event loop) and the options it was started wi
 
 from __future__ import annotations
 
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from starlette.requests import Request
 
@@ -30,3 +30,9 @@ def param(request: Request, name: str) -> str:
 def url(*parts: object) -> str:
     """A local URL from path segments, each escaped (`url("tasks", id)`)."""
     return "/" + "/".join(quote(str(p), safe="") for p in parts)
+
+
+def link(path: str, fields: dict[str, str], **cursors: int | None) -> str:
+    """`path` with a page's filters and cursors as its query (None cursors left out)."""
+    query = {**fields, **{k: str(v) for k, v in cursors.items() if v is not None}}
+    return path + (f"?{urlencode(query)}" if query else "")

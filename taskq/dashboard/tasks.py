@@ -1,5 +1,6 @@
-"""`/tasks/<id>`: a task's whole story, live while it runs, with cancel and (when dead)
-requeue; and `/workflows/<id>`: a workflow's steps and their states."""
+"""`/tasks`: recent tasks, newest first, filtered and paged; `/tasks/<id>`: a task's whole
+story, live while it runs, with cancel and (when dead) requeue; and `/workflows/<id>`: a
+workflow's steps and their states."""
 
 from __future__ import annotations
 
@@ -8,15 +9,41 @@ from starlette.responses import RedirectResponse, Response
 
 from taskq.cancels import cancel
 from taskq.dashboard.config import DashboardError
+from taskq.dashboard.forms import cursor, task_fields, task_filters
 from taskq.dashboard.gate import checked_form
 from taskq.dashboard.live import event_stream, task_events
 from taskq.dashboard.render import API, done, respond, wants_json
-from taskq.dashboard.shared import client_of, param, url
+from taskq.dashboard.shared import client_of, link, param, url
 from taskq.dlq.browse import get_dead
 from taskq.dlq.requeue import requeue
 from taskq.flow_story import flow_id_of, flow_story
 from taskq.results import FINAL
 from taskq.story import story
+from taskq.task_list import STATES, recent
+from taskq.topology.partitions import queues_on_server
+
+LIST_PAGE = 50  # tasks a page of the task list shows
+
+
+async def task_list(request: Request) -> Response:
+    """Recent tasks, newest first, with the filters and the cursors."""
+    client, query = client_of(request), request.query_params
+    before, after = cursor(query, "before"), cursor(query, "after")
+    found = await recent(client, task_filters(query), limit=LIST_PAGE, before=before, after=after)
+    fields = task_fields(query)
+    return respond(
+        request,
+        "tasks.html",
+        found.to_dict(),
+        title="Tasks",
+        found=found,
+        fields=fields,
+        states=STATES,
+        queues=sorted(await queues_on_server(client.connection, client.names)),
+        older=link("/tasks", fields, before=found.older) if found.older else "",
+        newer=link("/tasks", fields, after=found.newer) if found.newer else "",
+        newest=link("/tasks", fields) if before or after else "",
+    )
 
 
 async def task_page(request: Request) -> Response:
@@ -27,7 +54,10 @@ async def task_page(request: Request) -> Response:
         if await flow_story(client, task_id) is not None:
             where = url("workflows", task_id)
             return RedirectResponse(API + where if wants_json(request) else where, 303)
-        raise DashboardError(404, f"no task {task_id!r}: nothing waits, runs or recorded it")
+        search = (link("/tasks", {"id": task_id}), f"List tasks whose id starts with {task_id}")
+        raise DashboardError(
+            404, f"no task {task_id!r}: nothing waits, runs or recorded it", see=search
+        )
     live = told.state not in FINAL
     return respond(
         request,

@@ -53,7 +53,13 @@ class Connection:
         self.streams = Streams(client, js, self._guard)
         self.messages = Messages(client, js, self._guard, self.seals)
         self.kv = KeyValue(
-            js, self._guard, self.publish_nowait, self.subscribe, self.seal, self.opened
+            js,
+            self._guard,
+            self.publish_nowait,
+            self.subscribe,
+            self.seal,
+            self.opened,
+            self.messages,
         )
         self.blobs = Objects(js, self._guard, self.sealer)
         self.claims = Claims(self.blobs, settings)

@@ -22,7 +22,8 @@ from nats.js.errors import (
 
 from taskq.errors import NotFound, TaskqError
 from taskq.nats.errors import STREAM_NAME_IN_USE, Guard
-from taskq.nats.types import KVEntry, PubAck
+from taskq.nats.messages import Messages
+from taskq.nats.types import KVEntry, PubAck, StoredMessage
 from taskq.retrying import patiently
 from taskq.topology.specs import BucketSpec
 
@@ -47,14 +48,17 @@ class KeyValue:
         subscribe: Subscribe,
         seal: Callable[[str, bytes], bytes],
         opened: Opened,
+        messages: Messages,
     ) -> None:
         self._js = js
+        self._messages = messages  # batched direct gets: a bucket read by sequence
         self._guard = guard
         self._publish = publish  # seals what it publishes to a sealed bucket
         self._subscribe = subscribe  # opens what it receives
         self._seal = seal
         self._opened = opened  # a value as plaintext: claim fetched, seal opened
         self._buckets: dict[str, Any] = {}
+        self._direct: set[str] = set()  # buckets known to answer batched direct gets
 
     async def ensure(self, spec: BucketSpec) -> None:
         """Create a bucket (file storage, TTL, history) unless it exists."""
@@ -66,6 +70,7 @@ class KeyValue:
             ttl=spec.ttl,
             replicas=spec.replicas,
             storage=api.StorageType.FILE,
+            direct=spec.direct,
         )
         with self._guard:
             try:  # look first: readers (producers) may not have the right to create
@@ -209,6 +214,59 @@ class KeyValue:
                 await task
 
         return stop
+
+    async def span(self, bucket: str) -> tuple[int, int]:
+        """The first and last sequence of the bucket's stream: its values, every revision
+        of every key, in the order they were written (NotFound without the bucket)."""
+
+        async def read() -> api.StreamInfo:
+            with self._guard:
+                return await self._js.stream_info(stream(bucket))
+
+        state = (await patiently(read)).state
+        return int(state.first_seq or 0), int(state.last_seq or 0)
+
+    async def window(self, bucket: str, start: int, count: int) -> list[KVEntry]:
+        """Up to `count` values stored from stream sequence `start` on, oldest first: every
+        revision and delete marker of every key (`revision` is the stream sequence). One
+        batched direct get; each value opened as `get` opens it (claim fetched, seal
+        opened), one that does not open here kept as stored. Needs `allow_direct_reads`."""
+        found = await self._messages.batch(stream(bucket), start, count)
+        return [await self._stored_entry(bucket, stored) for stored in found]
+
+    async def latest(self, bucket: str, keys: list[str]) -> dict[str, int]:
+        """The current revision (stream sequence) of each of `keys` that has one, a delete
+        marker's included: one batched direct get. Needs `allow_direct_reads`."""
+        start = len(subject(bucket, ""))
+        last = await self._messages.latest(stream(bucket), [subject(bucket, k) for k in keys])
+        return {name[start:]: seq for name, seq in last.items()}
+
+    async def allow_direct_reads(self, bucket: str) -> None:
+        """Let the bucket's stream answer batched direct gets (`window`, `latest`): buckets
+        made with `BucketSpec.direct` do; an older one is updated once, which needs a user
+        that may change streams (PermissionDenied otherwise)."""
+        if bucket in self._direct:
+            return
+        with self._guard:
+            config = (await self._js.stream_info(stream(bucket))).config
+            if not config.allow_direct:
+                config.allow_direct = True
+                await self._js.update_stream(config)
+                self._buckets.pop(bucket, None)  # looked up again: nats-py reads it directly
+        self._direct.add(bucket)
+
+    async def _stored_entry(self, bucket: str, stored: StoredMessage) -> KVEntry:
+        deleted = stored.headers.get("KV-Operation") in ("DEL", "PURGE")
+        value = stored.data
+        if not deleted and value[:1] == b"\x00":  # claim-checked (or sealed elsewhere)
+            value = await self._opened(value, stored.subject)
+        return KVEntry(
+            key=stored.subject[len(subject(bucket, "")) :],
+            value=value,
+            revision=stored.seq,
+            created=stored.time,
+            deleted=deleted,
+        )
 
     async def _entry(self, entry: Any, *, strict: bool = False) -> KVEntry:
         deleted = entry.operation in ("DEL", "PURGE")

@@ -26,6 +26,8 @@ from taskq.nats.types import StoredMessage
 from taskq.places import Seals
 from taskq.retrying import patiently
 
+MULTI_LAST = 1024  # subjects one `multi_last` direct get may name (nats-server 2.15.1)
+
 
 class Messages:
     """Direct reads and removals of stream messages on one connection."""
@@ -148,13 +150,30 @@ class Messages:
         empty when nothing is stored there (or the stream does not exist)."""
         return await self._direct_batch(stream, seq, subject, count)
 
+    async def latest(self, stream: str, subjects: list[str]) -> dict[str, int]:
+        """The sequence of the last message stored on each of `subjects` (those with none
+        are left out): one batched direct get (`multi_last`, ADR-31), however many."""
+        if not subjects:
+            return {}
+        unique = sorted(set(subjects))
+        last: dict[str, int] = {}
+        for start in range(0, len(unique), MULTI_LAST):  # the server answers 413 above
+            part = unique[start : start + MULTI_LAST]
+            found = await self._direct(stream, {"multi_last": part, "batch": len(part)})
+            last.update((stored.subject, stored.seq) for stored in found)
+        return last
+
     async def _direct_batch(
         self, stream: str, seq: int, subject: str | None, batch: int
     ) -> list[StoredMessage]:
-        replies: asyncio.Queue[Msg] = asyncio.Queue()
         request: dict[str, Any] = {"seq": seq, "batch": batch}
         if subject:
             request["next_by_subj"] = subject
+        return await self._direct(stream, request)
+
+    async def _direct(self, stream: str, request: dict[str, Any]) -> list[StoredMessage]:
+        """The messages one batched direct get answers, up to its end-of-batch."""
+        replies: asyncio.Queue[Msg] = asyncio.Queue()
         with self._guard:
             inbox = self._nc.new_inbox()
             sub = await self._nc.subscribe(inbox, cb=replies.put)
@@ -218,23 +237,29 @@ async def _until_end_of_batch(replies: asyncio.Queue[Msg], seals: Seals) -> list
     """The messages of one batched direct get, up to its end-of-batch (or not-found)
     status message."""
     found: list[StoredMessage] = []
-    while True:
-        msg = await asyncio.wait_for(replies.get(), 10.0)
-        headers = dict(msg.headers or {})
-        if "Status" in headers:  # 204 EOB, or 404 when nothing matched
-            return found
-        subject = headers.pop("Nats-Subject", "")
-        found.append(
-            StoredMessage(
-                subject=subject,
-                seq=int(headers.pop("Nats-Sequence", "0")),
-                data=seals.keep(subject, headers, msg.data),
-                headers={
-                    k: v for k, v in headers.items() if not k.startswith("Nats-") or k in _KEPT
-                },
-                time=None,
-            )
-        )
+    loop = asyncio.get_running_loop()
+    # one deadline moved on by each message: a wait_for per message (a task each) costs
+    # more than reading the message
+    async with asyncio.timeout(REPLY_GAP) as deadline:
+        while True:
+            msg = await replies.get()
+            deadline.reschedule(loop.time() + REPLY_GAP)
+            headers = dict(msg.headers or {})
+            if "Status" in headers:  # 204 EOB, 404 when nothing matched, 413 too many
+                return found
+            found.append(_from_batch(msg, headers, seals))
 
 
+def _from_batch(msg: Msg, headers: dict[str, str], seals: Seals) -> StoredMessage:
+    subject = headers.pop("Nats-Subject", "")
+    return StoredMessage(
+        subject=subject,
+        seq=int(headers.pop("Nats-Sequence", "0")),
+        data=seals.keep(subject, headers, msg.data),
+        headers={k: v for k, v in headers.items() if not k.startswith("Nats-") or k in _KEPT},
+        time=None,
+    )
+
+
+REPLY_GAP = 10.0  # seconds a batched direct get may go quiet before it is given up
 _KEPT = ("Nats-Msg-Id", "Nats-Schedule", "Nats-Schedule-Target", "Nats-TTL")

@@ -46,6 +46,7 @@ class BucketSpec:
     ttl: float
     history: int = 1
     replicas: int = 1
+    direct: bool = False  # batched direct gets (reading the bucket by sequence: listings)
 
 
 def queue_stream(
@@ -216,6 +217,7 @@ def results_bucket(names: Names, settings: Settings) -> BucketSpec:
         ttl=settings.results_ttl,
         history=RESULT_HISTORY,
         replicas=settings.replicas,
+        direct=True,  # recent tasks are listed by reading it by sequence (taskq.task_list)
     )
 
 

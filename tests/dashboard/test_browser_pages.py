@@ -97,7 +97,7 @@ async def test_dead_letters_filtered_and_purged_after_confirmation(
     await expect(page.locator(".count")).to_contain_text("Showing 6 match(es)")
     await page.get_by_role("button", name="Purge matching…").click()
     await expect(page.locator(".question")).to_have_text(
-        "Delete the dead letters matching the filters: 6 record(s)?"
+        "Delete the 6 dead letter(s) with error containing “card declined” for good?"
     )
     await page.get_by_role("button", name="Yes, do it").click()
     await expect(page.locator(".notice")).to_have_text("Deleted 6 dead letter(s).")

@@ -86,15 +86,33 @@
   function updateQueue(queue, rates) {
     document.querySelectorAll("[data-queue]").forEach(function (box) {
       if (box.getAttribute("data-queue") !== queue.queue) return;
-      ["waiting", "in_flight", "redelivered", "dead", "consumers"].forEach(function (field) {
+      ["waiting", "in_flight", "held", "redelivered", "dead", "consumers"].forEach(function (field) {
         put(box.querySelector('[data-field="' + field + '"]'), number(queue[field]));
       });
+      heldBy(box, queue);
       if (rates) {
         put(box.querySelector('[data-field="enqueued_per_s"]'), number(queue.enqueued_per_s));
         put(box.querySelector('[data-field="settled_per_s"]'), number(queue.settled_per_s));
       }
       badge(box.querySelector('[data-field="paused"]'), queue);
     });
+  }
+
+  // which limits hold the queue's tasks: the count's title, and the queue page's list
+  function heldBy(box, queue) {
+    var by = queue.held_by || {};
+    var lines = Object.keys(by).sort().map(function (limit) { return limit + ": " + number(by[limit]); });
+    var cell = box.querySelector('[data-field="held"]');
+    if (cell && cell.title !== lines.join(", ")) cell.title = lines.join(", ");
+    var list = box.querySelector('[data-field="held_by"]');
+    if (!list) return;
+    var shownNow = Array.prototype.map.call(list.children, function (li) { return li.textContent; });
+    if (shownNow.join("\n") === lines.join("\n")) return;
+    list.replaceChildren.apply(list, lines.map(function (text) {
+      var li = document.createElement("li");
+      li.textContent = text;
+      return li;
+    }));
   }
 
   function updateWorker(worker) {
