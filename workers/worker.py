@@ -165,7 +165,7 @@ class Worker:
 
     def _log_ready(self) -> None:
         log.info(
-            "worker ready: queues %s, concurrency %d, prefix %s",
+            "worker ready: queues %s; concurrency %d; prefix %s",
             described(self.queues, list(self._setups.values())),
             self.concurrency,
             self.app.settings.prefix,
