@@ -25,7 +25,7 @@ from typing import Any
 from pydantic_core import to_json
 
 from taskq.client import Client, ClientSource
-from taskq.cron import next_fire
+from taskq.cron import next_fire, parse_cron
 from taskq.envelope import TASK_HEADER, format_time
 from taskq.errors import BrokerError, ConfigError, NotFound
 from taskq.ids import safe_id
@@ -64,15 +64,9 @@ def expression(cron: str | None, every: timedelta | float | None) -> str:
     if (cron is None) == (every is None):
         raise ConfigError("a periodic task needs exactly one of cron= or every=")
     if cron is not None:
-        if cron.startswith("@"):
-            if cron in ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@hourly"):
-                return cron
-            raise ConfigError(f"unknown cron shorthand {cron!r}")
-        if len(cron.split()) != 6:
-            raise ConfigError(
-                f"cron {cron!r} must have 6 fields, seconds first (e.g. '0 */5 * * * *')"
-            )
-        return cron
+        parse_cron(cron)  # every field, as nats-server will read it (taskq.cron)
+        # one space between fields, as `taskq schedules ls` shows it
+        return cron.strip() if cron.strip().startswith("@") else " ".join(cron.split())
     seconds = every.total_seconds() if isinstance(every, timedelta) else float(every or 0)
     if seconds < 1 or seconds != int(seconds):
         raise ConfigError("every= must be a whole number of seconds, at least 1")
@@ -140,6 +134,12 @@ async def _publish(
     try:
         return await connection.publish(subject, body, headers)
     except BrokerError as exc:
+        if "pattern" in str(exc).lower():  # 10189: an expression taskq did not check
+            raise BrokerError(
+                f"the server refused the schedule {headers.get(SCHEDULE)!r}: {exc}",
+                exc.code,
+                exc.status,
+            ) from None
         if "schedul" in str(exc).lower():
             raise BrokerError(
                 f"the server refused a message schedule ({exc}): message schedules need "
