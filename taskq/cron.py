@@ -212,14 +212,19 @@ def _number(value: str, names: list[str], low: int) -> int:
 _DIGITS = re.compile(r"\+?[0-9]+")
 
 
+def every_seconds(expression: str) -> int | None:
+    """The interval of an `@every <n>s|m|h` expression in seconds (None: not one)."""
+    every = _EVERY.match(expression)
+    return None if every is None else int(every.group(1)) * _UNIT[every.group(2)]
+
+
 def next_fire(expression: str, stored_at: datetime, now: datetime) -> datetime | None:
     """When the schedule `expression`, stored at `stored_at`, fires next after `now`
     (an `@at` schedule: its time, even if it is already due); None if it never will."""
     if expression.startswith("@at "):
         return parse_time(expression[4:].strip())
-    every = _EVERY.match(expression)
-    if every is not None:
-        interval = int(every.group(1)) * _UNIT[every.group(2)]
+    interval = every_seconds(expression)
+    if interval is not None:
         base = math.ceil(stored_at.timestamp())
         passed = max(0, math.floor((now.timestamp() - base) / interval))
         return datetime.fromtimestamp(base + (passed + 1) * interval, UTC)

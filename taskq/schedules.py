@@ -28,6 +28,7 @@ from taskq.client import Client, ClientSource
 from taskq.cron import next_fire, parse_cron
 from taskq.envelope import TASK_HEADER, format_time
 from taskq.errors import BrokerError, ConfigError, NotFound
+from taskq.firings import CATCH_UP_HEADER, PERIODIC_HEADER
 from taskq.ids import safe_id
 from taskq.nats import Connection, PubAck
 from taskq.retrying import retry_transient
@@ -53,6 +54,7 @@ class Periodic:
     expression: str  # the Nats-Schedule value
     args: tuple[Any, ...] = ()
     kwargs: tuple[tuple[str, Any], ...] = ()
+    catch_up: str = "skip"  # what a late firing becomes (taskq.firings, workers/timers.py)
 
     @property
     def name(self) -> str:
@@ -108,13 +110,14 @@ async def register(client: Client, periodic: Periodic) -> None:
         SCHEDULE: periodic.expression,
         TARGET: names.fired_subject(names.queue_subject(periodic.queue, periodic.task, part)),
         TASK_HEADER: periodic.task,
+        PERIODIC_HEADER: periodic.expression,  # the server copies these onto each firing
+        CATCH_UP_HEADER: periodic.catch_up,
     }
     subject = names.schedule_subject(periodic.queue, periodic.name)
     current = await connection.messages.last(names.timer_stream(periodic.queue), subject)
     unchanged = (
         current is not None
-        and current.headers.get(SCHEDULE) == periodic.expression
-        and current.headers.get(TARGET) == headers[TARGET]
+        and all(current.headers.get(k) == v for k, v in headers.items())
         and current.data == body
     )
     if not unchanged:  # re-publishing an unchanged one would restart an interval's clock

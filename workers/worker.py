@@ -127,7 +127,10 @@ class Worker:
         levels = Levels(self.app, client, mains, self._consume_level)
         loops.append(asyncio.create_task(levels.run(self._stopping)))
         # fired schedules (delayed, periodic, held tasks) into their queues
-        loops += [asyncio.create_task(run_mover(client, q, self._stopping)) for q in self.queues]
+        loops += [
+            asyncio.create_task(run_mover(client, q, self._stopping, self.stats))
+            for q in self.queues
+        ]
         loops.append(asyncio.create_task(self._watch_connection(client)))
         if self.sweeper:
             # Every worker sweeps crash-looped messages on one shared durable consumer.
