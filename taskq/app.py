@@ -15,6 +15,7 @@ from taskq import queue_control, task_list
 from taskq.batching import Batching
 from taskq.client import Client
 from taskq.errors import ConfigError
+from taskq.firings import check_catch_up
 from taskq.handle import TaskHandle
 from taskq.hooks import Hook, Hooks
 from taskq.middleware import Chain
@@ -172,19 +173,23 @@ class App:
         every: timedelta | float | None = None,
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
+        catch_up: str = "skip",
         **options: Any,
     ) -> Callable[[F], Task[Any, Any]]:
         """Register a task that the server runs on a schedule: `cron` (6 fields, seconds
         first, e.g. "0 */5 * * * *") or `every` (whole seconds). Workers register it when
-        they start; `taskq schedules prune` removes schedules no longer in code."""
+        they start; `taskq schedules prune` removes schedules no longer in code.
+        `catch_up` says what becomes of runs that fired while no worker moved them and
+        are older than their period: "skip" drops them (recorded as dropped), "one" runs
+        one of them, "all" runs every one (docs/results-workflows-schedules.md)."""
         schedule = expression(cron, every)
+        policy = check_catch_up(catch_up)
 
         def register(fn: F) -> Task[Any, Any]:
             task = self._register(fn, **options)
             task.validator.for_wire(list(args), dict(kwargs or {}))  # fail at declaration
-            self.periodics[task.name] = Periodic(
-                task.name, task.queue, schedule, tuple(args), tuple((kwargs or {}).items())
-            )
+            call = tuple(args), tuple((kwargs or {}).items())
+            self.periodics[task.name] = Periodic(task.name, task.queue, schedule, *call, policy)
             return task
 
         return register

@@ -25,9 +25,10 @@ from typing import Any
 from pydantic_core import to_json
 
 from taskq.client import Client, ClientSource
-from taskq.cron import next_fire
+from taskq.cron import next_fire, parse_cron
 from taskq.envelope import TASK_HEADER, format_time
 from taskq.errors import BrokerError, ConfigError, NotFound
+from taskq.firings import CATCH_UP_HEADER, PERIODIC_HEADER
 from taskq.ids import safe_id
 from taskq.nats import Connection, PubAck
 from taskq.retrying import retry_transient
@@ -53,6 +54,7 @@ class Periodic:
     expression: str  # the Nats-Schedule value
     args: tuple[Any, ...] = ()
     kwargs: tuple[tuple[str, Any], ...] = ()
+    catch_up: str = "skip"  # what a late firing becomes (taskq.firings, workers/timers.py)
 
     @property
     def name(self) -> str:
@@ -64,15 +66,9 @@ def expression(cron: str | None, every: timedelta | float | None) -> str:
     if (cron is None) == (every is None):
         raise ConfigError("a periodic task needs exactly one of cron= or every=")
     if cron is not None:
-        if cron.startswith("@"):
-            if cron in ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@hourly"):
-                return cron
-            raise ConfigError(f"unknown cron shorthand {cron!r}")
-        if len(cron.split()) != 6:
-            raise ConfigError(
-                f"cron {cron!r} must have 6 fields, seconds first (e.g. '0 */5 * * * *')"
-            )
-        return cron
+        parse_cron(cron)  # every field, as nats-server will read it (taskq.cron)
+        # one space between fields, as `taskq schedules ls` shows it
+        return cron.strip() if cron.strip().startswith("@") else " ".join(cron.split())
     seconds = every.total_seconds() if isinstance(every, timedelta) else float(every or 0)
     if seconds < 1 or seconds != int(seconds):
         raise ConfigError("every= must be a whole number of seconds, at least 1")
@@ -114,13 +110,14 @@ async def register(client: Client, periodic: Periodic) -> None:
         SCHEDULE: periodic.expression,
         TARGET: names.fired_subject(names.queue_subject(periodic.queue, periodic.task, part)),
         TASK_HEADER: periodic.task,
+        PERIODIC_HEADER: periodic.expression,  # the server copies these onto each firing
+        CATCH_UP_HEADER: periodic.catch_up,
     }
     subject = names.schedule_subject(periodic.queue, periodic.name)
     current = await connection.messages.last(names.timer_stream(periodic.queue), subject)
     unchanged = (
         current is not None
-        and current.headers.get(SCHEDULE) == periodic.expression
-        and current.headers.get(TARGET) == headers[TARGET]
+        and all(current.headers.get(k) == v for k, v in headers.items())
         and current.data == body
     )
     if not unchanged:  # re-publishing an unchanged one would restart an interval's clock
@@ -140,6 +137,12 @@ async def _publish(
     try:
         return await connection.publish(subject, body, headers)
     except BrokerError as exc:
+        if "pattern" in str(exc).lower():  # 10189: an expression taskq did not check
+            raise BrokerError(
+                f"the server refused the schedule {headers.get(SCHEDULE)!r}: {exc}",
+                exc.code,
+                exc.status,
+            ) from None
         if "schedul" in str(exc).lower():
             raise BrokerError(
                 f"the server refused a message schedule ({exc}): message schedules need "

@@ -10,6 +10,7 @@ import base64
 import json
 import os
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -118,6 +119,13 @@ class Settings(BaseModel):
         old = tuple(parse_key(k) for k in self.old_keys)
         return Sealer(key, old, legacy=self.open_legacy_seals)
 
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        for part in value.split(","):
+            check_url(part.strip())
+        return value
+
     @field_validator("prefix")
     @classmethod
     def _prefix(cls, value: str) -> str:
@@ -136,13 +144,38 @@ class Settings(BaseModel):
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
-            raise ConfigError(f"invalid setting {where}: {first['msg']}") from None
+            why = first["msg"].removeprefix("Value error, ")  # pydantic's for a ValueError
+            raise ConfigError(f"invalid setting {where}: {why}") from None
 
     def replace(self, **changes: Any) -> Settings:
         """A copy with `changes` applied (None values are ignored)."""
         merged = self.model_dump()
         merged.update({k: v for k, v in changes.items() if v is not None})
         return Settings.load(**merged)
+
+
+URL_SCHEMES = ("nats", "tls", "ws", "wss")
+
+
+def check_url(url: str) -> str:
+    """One server URL as nats-py takes it (`nats://host:port`, `tls://`, `ws://`, `wss://`,
+    or a bare `host:port`), else ValueError saying what is wrong with it: a typo is a
+    usage error, not a server that cannot be reached."""
+    full = url if "://" in url else f"nats://{url}"
+    try:
+        parsed = urlsplit(full)
+        port = parsed.port
+    except ValueError as exc:
+        raise ValueError(f"invalid URL {url[:200]!r}: {exc}") from None
+    if parsed.scheme not in URL_SCHEMES:
+        raise ValueError(
+            f"invalid URL {url[:200]!r}: the scheme must be one of {', '.join(URL_SCHEMES)}"
+        )
+    if not parsed.hostname:
+        raise ValueError(f"invalid URL {url[:200]!r}: no host")
+    if port == 0:
+        raise ValueError(f"invalid URL {url[:200]!r}: port 0")
+    return url
 
 
 def _key_text(value: Any) -> str:

@@ -10,8 +10,9 @@ import time
 import nats
 import pytest
 
+import taskq
 from taskq import App, ArgumentsError, ConfigError, Reject, Retry, ValidationError
-from tests.conftest import running_worker, wait_until
+from tests.conftest import run_cli, running_worker, wait_until
 
 
 async def test_async_and_sync_tasks_run(app: App) -> None:
@@ -261,6 +262,35 @@ async def test_grace_expiry_hands_running_task_back_at_once(app: App) -> None:
     async with running_worker(app) as second:
         # redelivered at once (NAK), not after the 30 s ack_wait
         await wait_until(lambda: second.stats["succeeded"] == 1, timeout=10)
+
+
+async def test_an_attempt_interrupted_past_grace_does_not_count(
+    app: App, nats_url: str, prefix: str
+) -> None:
+    """Given a task with a single attempt running when its worker stops past `--grace`,
+    when another worker takes it, then it runs again as attempt 1 (not dead-lettered as
+    crashed), and `taskq task` lists the interrupted attempt and the one that succeeded."""
+    attempts: list[int] = []
+
+    @app.task(max_retries=0, ack_wait=30.0)
+    async def once(n: int) -> int:
+        attempts.append(taskq.current().attempt)
+        await asyncio.sleep(60 if len(attempts) == 1 else 0)
+        return n
+
+    async with running_worker(app, grace=0.2) as worker:
+        handle = await once.enqueue(7)
+        await wait_until(lambda: len(attempts) == 1)
+    assert worker.stats["interrupted"] == 1
+    async with running_worker(app):
+        assert await handle.result(timeout=20) == 7
+    assert attempts == [1, 1]
+    told = json.loads(run_cli(nats_url, prefix, "task", handle.id, "--json").stdout)
+    assert [(a["number"], a["state"]) for a in told["attempts"]] == [
+        (1, "interrupted"),
+        (1, "succeeded"),
+    ]
+    assert told["attempts"][0]["error"]["type"] == "Interrupted"
 
 
 def test_an_unknown_task_option_is_a_config_error() -> None:

@@ -113,7 +113,8 @@ async def test_shutdown_past_grace_kills_the_child_and_hands_the_message_back(
     assert worker.stats["interrupted"] == 1
     pid = next(int(line[2]) for line in ledger(tmp_path) if line[0] == "hanging")
     await wait_until(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie")
-    # handed back: the next worker runs it (attempt 2 answers)
+    # handed back at no cost: the next worker runs it as attempt 1 again, which hangs into
+    # its 1 s timeout; attempt 2 answers
     async with running_worker(cpu_app, concurrency=4, pool_size=1):
         assert (await handle.result(timeout=30))["attempt"] == 2
 

@@ -108,3 +108,13 @@ def _error(outcome: Outcome | None, decision: Decision) -> dict[str, str]:
         return {"type": type(error).__name__, "message": str(error), "traceback": trace}
     detail = decision.detail if isinstance(decision, Dead) else ""
     return {"type": "", "message": detail, "traceback": ""}
+
+
+def interrupted_fields(job: Job) -> dict[str, Any]:
+    """The record of an attempt a worker stopping past its grace period interrupted (it
+    runs again, and this attempt does not count: workers/handback.py)."""
+    why = "the worker stopped past its grace period while it ran; it runs again"
+    return _call(job) | {
+        "state": "interrupted",
+        "error": {"type": "Interrupted", "message": why, "traceback": ""},
+    }

@@ -183,6 +183,7 @@ async def ensure_events(client: Client, streams: list[str]) -> None:
 
 
 def described(queues: list[str], setups: list[QueueSetup]) -> str:
-    """`default,orders (3 streams)`: a queue's stream count when it is partitioned."""
-    streams = Counter(s.queue for s in setups)
-    return ",".join(q if streams[q] <= 1 else f"{q} ({streams[q]} streams)" for q in queues)
+    """`default, orders (3 streams)`: the queues, each partitioned one with its number of
+    streams (its lanes and priority levels are consumers on those streams, not streams)."""
+    streams = Counter(queue for queue, _ in {(s.queue, s.stream) for s in setups})
+    return ", ".join(q if streams[q] <= 1 else f"{q} ({streams[q]} streams)" for q in queues)

@@ -5,7 +5,20 @@ timer stream (taskq.schedules), so the server fires a task onto its fired subjec
 every worker of the queue runs this loop on one shared durable consumer, which publishes
 each fired task to its queue subject and then acknowledges it. The publish carries
 `Nats-Msg-Id` `fired:<stream>:<seq>`: a move retried after a crash is deduplicated, so a
-fired task enters its queue once. Moving needs no task slot: it runs beside the tasks.
+fired task enters its queue once. Moving needs no task slot: it runs beside the tasks,
+each firing moved the moment it arrives (a periodic run's lateness is judged then).
+
+A periodic schedule's firing is published under its run's id instead (taskq.firings:
+`periodic:<queue>:<task>:<due time>`), so two firings for one due time make one run. A
+firing that is late (its next run was due already: no worker moved it in its period)
+follows its schedule's `catch_up`: `all` moves it; `skip` drops it (acknowledged, counted
+as `missed` in the worker's stats, and logged per pull with how many runs of which task);
+`one` moves the first late firing of a schedule a worker sees and drops the others, one
+catch-up run per period (and per minute at least), decided by a create-only record
+`<prefix>.limit.catchup.<queue>.<task>`. A dropped run writes no result record of its own:
+measured with 1,000 one-second schedules after 14 s with no worker, a record per dropped
+run held the mover below the firing rate (it never caught up), while plain drops cleared
+the backlog (docs/results-workflows-schedules.md).
 """
 
 from __future__ import annotations
@@ -13,29 +26,39 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
+from collections import Counter
 
 from taskq.client import Client
 from taskq.envelope import MSG_ID
 from taskq.errors import NotFound, TaskqError
+from taskq.firings import Firing, firing
 from taskq.flowcontrol.held import FIRED, carried
+from taskq.flowcontrol.keys import task_token
+from taskq.flowcontrol.store import ensure_limits
 from taskq.nats import Delivery, Puller
+from taskq.retrying import retry_transient
 
 log = logging.getLogger("taskq.worker")
 BATCH = 256
 LINGER = 1.0  # seconds a pull request waits for fired tasks
+CATCH_UP_WINDOW = 60.0  # `catch_up="one"`: at most one catch-up run per this, or per period
 
 
-async def run_mover(client: Client, queue: str, stopping: asyncio.Event) -> None:
-    """Move fired tasks of `queue` until `stopping` is set."""
+async def run_mover(
+    client: Client, queue: str, stopping: asyncio.Event, stats: Counter[str] | None = None
+) -> None:
+    """Move fired tasks of `queue` until `stopping` is set (late periodic runs dropped are
+    counted in `stats["missed"]`)."""
     names = client.names
     stream, durable = names.timer_stream(queue), names.timer_consumer(queue)
     puller: Puller | None = None
+    tally = stats if stats is not None else Counter()
     while not stopping.is_set():
         try:
             if puller is None:
                 puller = await client.connection.pull(stream, durable)
-            fired = [d async for d in puller.stream(BATCH, LINGER)]
-            await asyncio.gather(*(move(client, d) for d in fired))
+            await _move_batch(client, puller, tally)
         except TaskqError as exc:
             log.warning("moving fired tasks of queue %s failed: %s", queue, exc)
             if isinstance(exc, NotFound) and puller is not None:
@@ -47,18 +70,57 @@ async def run_mover(client: Client, queue: str, stopping: asyncio.Event) -> None
         await puller.close()
 
 
-async def move(client: Client, d: Delivery) -> None:
+async def _move_batch(client: Client, puller: Puller, tally: Counter[str]) -> None:
+    """One pull request's firings, each moved as it arrives."""
+    moving = [
+        asyncio.create_task(move(client, d, tally)) async for d in puller.stream(BATCH, LINGER)
+    ]
+    dropped = Counter(run.task for run in await asyncio.gather(*moving) if run is not None)
+    if dropped:
+        shown = ", ".join(f"{task} ({n})" for task, n in dropped.most_common(10))
+        log.info("dropped late periodic runs (their catch_up): %s", shown)
+
+
+async def move(client: Client, d: Delivery, tally: Counter[str] | None = None) -> Firing | None:
     """Publish one fired task to its queue subject, then acknowledge it (a failure leaves
-    it to come back after the consumer's ack_wait)."""
+    it to come back after the consumer's ack_wait); the run, when it was a late periodic
+    run its catch-up policy dropped."""
     target = client.names.unfired(d.subject)
     if target is None:  # nothing a schedule of ours fires: nowhere to move it
         log.warning("dropping %s from %s: not a fired task subject", d.subject[:100], d.stream)
         await d.term("not a fired task subject")
-        return
+        return None
     headers = {**carried(d.raw_headers), FIRED: str(d.seq), MSG_ID: f"fired:{d.stream}:{d.seq}"}
+    run = firing(client.names.prefix, d.raw_headers)
+    if run is not None:
+        if not await catch_up(client, run):
+            await d.ack()
+            if tally is not None:
+                tally["missed"] += 1
+            return run
+        headers[MSG_ID] = run.run_id  # the run's id, one run per due time (taskq.firings)
     try:
         await client.connection.publish(target, d.data, headers)
     except TaskqError as exc:
         log.warning("moving a fired task to %s failed (it comes back): %s", target, exc)
-        return
+        return None
     await d.ack()
+    return None
+
+
+async def catch_up(client: Client, run: Firing) -> bool:
+    """Whether periodic `run` goes to its queue: on time, or late and its policy takes it."""
+    if run.catch_up == "all" or not run.late(time.time()):
+        return True
+    return run.catch_up == "one" and await _first_late(client, run)
+
+
+async def _first_late(client: Client, run: Firing) -> bool:
+    """True for the first late run of its schedule a worker sees within max(period, 60 s):
+    the one catch-up run of `catch_up="one"` (a create-only record decides)."""
+    await ensure_limits(client)
+    subject = client.names.limit_subject("catchup", run.queue, task_token(run.task))
+    records = client.connection.records
+    ttl = max(run.period, CATCH_UP_WINDOW)
+    created = await retry_transient(lambda: records.create(subject, run.run_id.encode(), ttl))
+    return created is not None

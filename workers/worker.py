@@ -24,6 +24,7 @@ from taskq.retrying import retry_transient
 from taskq.task import Task
 from taskq.workers.admission import Admission
 from taskq.workers.control import ControlPlane, worker_record
+from taskq.workers.handback import hand_back
 from taskq.workers.job import Job
 from taskq.workers.judge import Judge, Runners
 from taskq.workers.lease import Leases
@@ -127,7 +128,10 @@ class Worker:
         levels = Levels(self.app, client, mains, self._consume_level)
         loops.append(asyncio.create_task(levels.run(self._stopping)))
         # fired schedules (delayed, periodic, held tasks) into their queues
-        loops += [asyncio.create_task(run_mover(client, q, self._stopping)) for q in self.queues]
+        loops += [
+            asyncio.create_task(run_mover(client, q, self._stopping, self.stats))
+            for q in self.queues
+        ]
         loops.append(asyncio.create_task(self._watch_connection(client)))
         if self.sweeper:
             # Every worker sweeps crash-looped messages on one shared durable consumer.
@@ -165,7 +169,7 @@ class Worker:
 
     def _log_ready(self) -> None:
         log.info(
-            "worker ready: queues %s, concurrency %d, prefix %s",
+            "worker ready: queues %s; concurrency %d; prefix %s",
             described(self.queues, list(self._setups.values())),
             self.concurrency,
             self.app.settings.prefix,
@@ -298,9 +302,9 @@ class Worker:
             await self._control.settling(job)
             await self._settler.settle(job, decision, outcome)
         except asyncio.CancelledError:
-            # Shutdown past grace: let another worker run it as soon as possible.
+            # Shutdown past grace: another worker runs it, at no cost of an attempt
             with contextlib.suppress(Exception):
-                await asyncio.shield(job.delivery.nak())
+                await asyncio.shield(hand_back(self._connected(), job))
             self.stats["interrupted"] += 1
         except Exception as exc:  # whatever one message does, the loop goes on
             await self._failed(job, exc, settling)

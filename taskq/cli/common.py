@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
+import logging
 import re
 import sys
+import traceback
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
@@ -47,6 +49,14 @@ def load_app(spec: str) -> App:
         raise click.BadParameter(
             f"cannot import {module_name!r}: {exc}", param_hint="APP"
         ) from None
+    except Exception as exc:  # a SyntaxError, a KeyError at import...: where, and what
+        if logging.getLogger().isEnabledFor(logging.INFO):  # `-v`: the whole traceback
+            traceback.print_exc()
+        raise click.BadParameter(
+            f"cannot import {module_name!r} ({failed_at(exc)}): "
+            f"{type(exc).__name__}: {_first_line(exc)}",
+            param_hint="APP",
+        ) from None
     candidates = [attr] if attr else ["app"]
     for name in candidates:
         app = getattr(module, name, None)
@@ -55,6 +65,33 @@ def load_app(spec: str) -> App:
     raise click.BadParameter(
         f"{module_name!r} has no taskq App named {candidates[0]!r}", param_hint="APP"
     )
+
+
+def failed_at(exc: BaseException) -> str:
+    """`app.py, line 3`: where importing a module failed: a SyntaxError's own place, else
+    the innermost frame in a file under the current directory (the user's code), else the
+    innermost frame."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f"{_shown(exc.filename)}, line {exc.lineno}"
+    frames = traceback.extract_tb(exc.__traceback__)
+    here = str(Path.cwd())
+    mine = [f for f in frames if f.filename.startswith(here)] or frames
+    if not mine:
+        return "?"
+    return f"{_shown(mine[-1].filename)}, line {mine[-1].lineno}"
+
+
+def _shown(filename: str) -> str:
+    path = Path(filename)
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return filename
+
+
+def _first_line(exc: BaseException) -> str:
+    text = exc.msg if isinstance(exc, SyntaxError) and exc.msg else str(exc)
+    return (text.strip().splitlines() or [""])[0][:300]
 
 
 class Context:

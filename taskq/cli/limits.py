@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from taskq.cli.common import Context, pass_ctx
+from taskq.errors import UnknownQueue
 
 if TYPE_CHECKING:
     from taskq.client import Client
@@ -23,11 +24,17 @@ def limits(ctx: Context, queues: tuple[str, ...], as_json: bool) -> None:
     """Flow-control limits and their current use: running / in this window / keys busy,
     and tasks HELD waiting for the limit (see docs/flow-control.md)."""
     from taskq.flowcontrol.usage import limits_in_use
+    from taskq.queue_control import queue_parts
 
     async def go(client: Client) -> list[LimitUse]:
+        for queue in queues:  # a typo is the user's mistake, as for `taskq queues pause`
+            await queue_parts(client, queue)
         return await limits_in_use(client)
 
-    found = [u for u in ctx.run(go) if not queues or u.queue in queues or not u.queue]
+    try:
+        found = [u for u in ctx.run(go) if not queues or u.queue in queues or not u.queue]
+    except UnknownQueue as exc:
+        raise click.BadParameter(str(exc), param_hint="'-q' / '--queue'") from None
     if as_json:
         click.echo(json.dumps([u.to_dict() for u in found]))
     else:

@@ -37,8 +37,8 @@ if TYPE_CHECKING:
 def result(
     ctx: Context, task_id: str, wait: bool, timeout: float | None, follow: bool, as_json: bool
 ) -> None:
-    """Show the state and result of task ID (exit 1 if it failed, was cancelled, or --wait
-    timed out)."""
+    """Show the state and result of task ID (exit 1 if it failed, was cancelled, is
+    unknown, or --wait timed out)."""
     from taskq import unrecorded
     from taskq.results import fetch
     from taskq.results import wait as wait_for
@@ -48,7 +48,14 @@ def result(
             final = await _follow(client, task_id, timeout, as_json)
             return final, final.state
         if wait:
-            final = await wait_for(client, task_id, timeout)
+            try:
+                final = await wait_for(client, task_id, timeout)
+            except ResultTimeout as exc:
+                if exc.state != "queued":
+                    raise
+                # no record came: `queued` only if its message is somewhere to be run
+                gone = await unrecorded.state(client, task_id, gone="unknown")
+                raise ResultTimeout(task_id, exc.timeout, gone) from None
             return final, final.state
         record = await fetch(client, task_id)
         if record is not None:
@@ -61,7 +68,7 @@ def result(
     except ResultTimeout as exc:
         raise click.ClickException(str(exc)) from None
     echo_record(task_id, record, as_json, state)
-    if record is not None and record.state in ("dead", "cancelled"):
+    if state in ("dead", "cancelled", "unknown"):  # unknown: nothing knows the id
         raise SystemExit(1)
 
 
