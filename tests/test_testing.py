@@ -37,8 +37,9 @@ async def test_worker_points_the_app_at_the_test_server_and_drains(
         retried = await shop.flaky.enqueue()
         refused = await shop.refund.enqueue("o-7")
         flow = await chain(shop.add.s(2, 3), shop.mul.s(10)).enqueue()
-        later = await shop.add.options(countdown=1.5).enqueue(20, 22)
-        # the worker keeps it as a schedule until it is due
+        later = await shop.add.options(countdown=3).enqueue(20, 22)
+        # the worker keeps it as a schedule until it is due (a task due within 2 s waits in
+        # the worker instead)
         await wait_until(lambda: list_schedules(shop.app), timeout=20)
         [schedule] = await list_schedules(shop.app)
         due = parse_time(schedule.expression.removeprefix("@at "))

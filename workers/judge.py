@@ -35,7 +35,7 @@ from taskq.workers.lease import Leases
 from taskq.workers.pool import ProcessPool
 from taskq.workers.spark_jobs import LendSlot, SparkExecutor
 
-EARLY = 0.5  # a task due within this many seconds runs now (schedules fire on whole seconds)
+SOON = 2.0  # a task due within this many seconds waits in the worker, not as a schedule
 
 
 @dataclass
@@ -106,10 +106,8 @@ class Judge:
             return _crashed(task, job.attempt), None
         if envelope.expired():
             return Dead("expired", f"expired at {envelope.expires_at}"), None
-        due = _due(job)
-        if due is not None:  # a delayed task: stored as a schedule, run when it fires
-            return Hold(f"its eta {envelope.eta}", until=due), None
-        return None
+        held = await _until_due(job)
+        return None if held is None else (held, None)
 
     async def _wake_up(self, job: Job, key_token: str) -> Hold | None:
         """A debounce wake-up: hold it until its burst is due, drop it if its burst ran,
@@ -209,6 +207,19 @@ class Judge:
         return envelope
 
 
+async def _until_due(job: Job) -> Hold | None:
+    """A delayed task due later: held (stored as a schedule) until its `eta`; due within
+    SOON seconds, it waits here instead (never early, no schedule's round trip)."""
+    due = _due(job)
+    if due is None:
+        return None
+    if due - time.time() > SOON:
+        assert job.envelope is not None
+        return Hold(f"its eta {job.envelope.eta}", until=due)
+    await asyncio.sleep(max(0.0, due - time.time()))
+    return None
+
+
 def _due(job: Job) -> float | None:
     """When a delayed task is due (epoch seconds), if that is still to come; None for a
     task due now, or one its schedule fired (never held twice: clocks may differ)."""
@@ -216,7 +227,7 @@ def _due(job: Job) -> float | None:
     if not eta or job.delivery.header(FIRED) is not None:
         return None
     due = parse_time(eta).timestamp()
-    return due if due > time.time() + EARLY else None
+    return due if due > time.time() else None
 
 
 def _dropped(reason: str, kept: str) -> Cancel:

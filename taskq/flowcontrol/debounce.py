@@ -18,6 +18,7 @@ a producer's to write (docs/security.md).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
@@ -36,6 +37,7 @@ from taskq.retrying import retry_transient
 
 BURST = "Taskq-Debounce"  # on a wake-up: the key token of its burst
 RECORD_TTL = 86400.0  # a burst's record outlives any sensible wait for a worker, by far
+SOON = 2.0  # a burst due within this many seconds is waited for in the worker
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{1,64}|~[0-9a-f]{32}")
 
 
@@ -114,8 +116,11 @@ async def judge_wake_up(
         burst = Burst.of(await client.connection.messages.last(stream, subject))
         if burst is None or burst.id != envelope.id:  # its burst ran, or expired
             return Verdict(done=True) if has_record else Verdict(run=envelope)
-        if burst.due > time.time() + 0.5:
+        if burst.due - time.time() > SOON:
             return Verdict(until=burst.due)
+        if burst.due > time.time():  # due in a moment: wait here, then look again
+            await asyncio.sleep(burst.due - time.time())
+            continue
         if await client.connection.messages.delete(stream, burst.seq):
             return Verdict(run=_last_call(burst, envelope))
     raise TaskqError(f"debounced {envelope.task}: too much contention for its record")
