@@ -93,12 +93,27 @@ class Judge:
                     return held, None
         except DecodeError as exc:
             return Dead("undecodable", exc.reason), Failure(exc)
-        envelope = job.envelope
-        job.task = task = self.app.tasks.get(envelope.task)
+        job.task = self.app.tasks.get(job.envelope.task)
         if d.header(DROPPED) is not None:  # a call a throttle window dropped: record it
             return _dropped(d.header(DROPPED) or "", d.header(KEPT) or ""), None
+        early = self._refused(job)
+        if early is not None:
+            return early
+        held = await _until_due(job)
+        if held is not None:
+            return held, None
+        return self._refused(job, cancelled_only=True)  # a cancel while it waited
+
+    def _refused(
+        self, job: Job, cancelled_only: bool = False
+    ) -> tuple[Decision, Outcome | None] | None:
+        """Cancelled, unknown, crash-looped or expired: its verdict; else None."""
+        envelope, task, d = job.envelope, job.task, job.delivery
+        assert envelope is not None
         if self.cancels is not None and self.cancels.requested(envelope.id):
             return Cancel(), Failure(TaskCancelled(envelope.id))
+        if cancelled_only:
+            return None
         if task is None:
             return Dead("unknown_task"), Failure(UnknownTaskError(envelope.task))
         job.spent = spent(d)  # a held task's copy carries the attempts it already used
@@ -106,8 +121,7 @@ class Judge:
             return _crashed(task, job.attempt), None
         if envelope.expired():
             return Dead("expired", f"expired at {envelope.expires_at}"), None
-        held = await _until_due(job)
-        return None if held is None else (held, None)
+        return None
 
     async def _wake_up(self, job: Job, key_token: str) -> Hold | None:
         """A debounce wake-up: hold it until its burst is due, drop it if its burst ran,
