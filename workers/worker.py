@@ -17,6 +17,7 @@ from typing import Any
 from taskq.app import App
 from taskq.client import Client
 from taskq.dlq.sweeper import run_sweeper
+from taskq.doctor.monitor import warn_if_not_durable
 from taskq.errors import BrokerError, ConnectionLost, NotFound, TaskqError, TransientError
 from taskq.nats import Delivery, Puller
 from taskq.policy import Dead, Failure
@@ -129,6 +130,9 @@ class Worker:
         # fired schedules (delayed, periodic, held tasks) into their queues
         loops += [asyncio.create_task(run_mover(client, q, self._stopping)) for q in self.queues]
         loops.append(asyncio.create_task(self._watch_connection(client)))
+        # a server that acknowledges before fsync breaks promise 1 on an OS crash: say so
+        monitor = self.app.settings.monitor_url
+        loops.append(asyncio.create_task(warn_if_not_durable(client.connection, monitor)))
         if self.sweeper:
             # Every worker sweeps crash-looped messages on one shared durable consumer.
             loops.append(asyncio.create_task(run_sweeper(client, self._stopping)))
