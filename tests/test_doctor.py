@@ -140,6 +140,17 @@ def test_each_shipped_role_is_recognised(secure_server: EmbeddedServer) -> None:
         assert right in cannot
 
 
+def test_an_identity_without_its_reply_prefix_is_told_in_one_line(
+    secure_server: EmbeddedServer,
+) -> None:
+    env = {**role_env("producer"), "TASKQ_INBOX_PREFIX": ""}  # the default _INBOX: refused
+    done = doctor(secure_server.url, env=env)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.count("\n") == 1
+    assert "may not receive replies on _INBOX.>" in done.stderr
+    assert "TASKQ_INBOX_PREFIX" in done.stderr
+
+
 WIDE = """
 jetstream {{ store_dir: "{store}" }}
 accounts {{

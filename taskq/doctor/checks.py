@@ -53,7 +53,8 @@ def cluster_size(facts: Facts) -> int | None:
 def servers(facts: Facts, nodes: int | None) -> Check:
     down = [s for s in facts.servers if s.error]
     up = [s for s in facts.servers if not s.error]
-    shape = f"cluster {facts.info['cluster']} of {nodes or '?'} nodes" if nodes != 1 else "1 node"
+    name = facts.info.get("cluster") or "?"
+    shape = f"cluster {name} of {nodes or '?'} nodes" if nodes != 1 else "1 node"
     listed = ", ".join(s.url if s.name == s.url else f"{s.url} ({s.name})" for s in up)
     if not all(s.info.get("jetstream") for s in up):
         off = ", ".join(s.url for s in up if not s.info.get("jetstream"))

@@ -84,6 +84,8 @@ LATER_FIXES = (
 
 def judge_versions(seen: dict[str, str]) -> Check:
     """The version check over every reachable server (`seen`: server -> its version)."""
+    if not seen:
+        return warn("version", "no server's version could be read", "see the servers check")
     verdicts = [_judge(server, text) for server, text in sorted(seen.items())]
     for status in ("fail", "warn"):
         found = [v for v in verdicts if v.status == status]

@@ -19,6 +19,7 @@ from typing import Any
 import nats.errors
 from nats.aio.client import Client
 
+from taskq.errors import PermissionDenied
 from taskq.nats import internals
 from taskq.nats.errors import Guard
 
@@ -67,11 +68,19 @@ class Probes:
         inbox = self._nc.new_inbox()
         sent = time.time()
         with self._guard:
+            self._guard.expect(inbox)
             sub = await self._nc.subscribe(inbox, max_msgs=1)
             try:
                 self._guard.expect(subject)
                 await self._nc.publish(subject, payload, reply=inbox, headers=headers)
                 await self._round_trip(timeout)
+                if self._guard.violated(inbox):
+                    raise PermissionDenied(
+                        f"this identity may not receive replies on {inbox.rsplit('.', 1)[0]}.>: "
+                        "set TASKQ_INBOX_PREFIX to its role's reply prefix",
+                        None,
+                        403,
+                    )
                 if self._guard.violated(subject):
                     return Probe(False, None, sent, time.time())
                 data = await _answer(sub, timeout)
