@@ -130,9 +130,7 @@ class Worker:
         # fired schedules (delayed, periodic, held tasks) into their queues
         loops += [asyncio.create_task(run_mover(client, q, self._stopping)) for q in self.queues]
         loops.append(asyncio.create_task(self._watch_connection(client)))
-        # a server that acknowledges before fsync breaks promise 1 on an OS crash: say so
-        monitor = self.app.settings.monitor_url
-        loops.append(asyncio.create_task(warn_if_not_durable(client.connection, monitor)))
+        loops.append(asyncio.create_task(self._durability_notice(client)))
         if self.sweeper:
             # Every worker sweeps crash-looped messages on one shared durable consumer.
             loops.append(asyncio.create_task(run_sweeper(client, self._stopping)))
@@ -151,6 +149,18 @@ class Worker:
         key, why = next(iter(self._failing.items()))
         more = f" (+{len(self._failing) - 1} more)" if len(self._failing) > 1 else ""
         return f"fetching from {key} fails: {why}{more}"
+
+    async def _durability_notice(self, client: Client) -> None:
+        """A server that acknowledges before fsync breaks promise 1 on an OS crash: say so,
+        in the background, and give up at once when the worker stops (docs/operations.md)."""
+        monitor = self.app.settings.monitor_url
+        notice = asyncio.create_task(warn_if_not_durable(client.connection, monitor))
+        stopping = asyncio.create_task(self._stopping.wait())
+        try:
+            await asyncio.wait({notice, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            notice.cancel()
+            stopping.cancel()
 
     async def _watch_connection(self, client: Client) -> None:
         """Stop at once when the connection dies for good: nothing could settle, and a
