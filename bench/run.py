@@ -1,11 +1,18 @@
 """taskq beside the raw nats-py floor, on one nats-server, in one run.
 
-    python -m bench.run [--runs 3] [--drain 20000] [--enqueue 5000] [--latency 1000] [--spark N]
+    python -m bench.run [--runs 3] [--drain 20000] [--enqueue 5000] [--latency 1000]
+                        [--no-durable | --durable-only]
 
 Starts its own nats-server (temporary store), measures each scenario for taskq and for a raw
 nats-py work-queue loop, takes the median of `--runs`, prints a table with the ratio, and
 writes bench/results/latest.json and latest.md. Absolute numbers on shared machines are noise;
 the ratios within one run are what count.
+
+Then the durable configuration: a second server, on the same machine and disk, that fsyncs
+every write before acknowledging it (`sync_interval: always`, the shipped configs'); enqueue,
+bulk enqueue and a one-process drain, each beside the raw loop on that durable server; and
+per scenario what `always` costs against the default server of the same run (rate ratio and
+extra microseconds per task).
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ import nats
 import psutil
 
 from taskq import App
-from taskq.server import EmbeddedServer
+from taskq.server import EmbeddedServer, find_binary
 from taskq.topology.specs import queue_consumer, queue_stream
 from taskq.workers import Worker
 
@@ -313,6 +320,70 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+# -- the durable configuration --------------------------------------------------------------
+DURABLE = ", sync always"
+
+
+async def measure_durable(url: str, args: argparse.Namespace) -> list[Row]:
+    """Enqueue, bulk enqueue and a one-process drain on the server at `url` (which fsyncs
+    every write), each beside the raw nats-py loop on that same server."""
+    r, n, one = args.runs, args.drain, args.enqueue
+    pairs: list[tuple[str, Callable[[], Awaitable[float]], Callable[[], Awaitable[float]]]] = [
+        (
+            "enqueue one-by-one",
+            lambda: taskq_enqueue_one_by_one(url, one),
+            lambda: raw_enqueue_one_by_one(url, one),
+        ),
+        ("bulk enqueue", lambda: taskq_enqueue_bulk(url, n), lambda: raw_enqueue_bulk(url, n)),
+        (
+            "drain, 1 worker process",
+            lambda: drain_rate(url, n, False),
+            lambda: drain_rate(url, n, True),
+        ),
+    ]
+    rows = []
+    for name, ours, floor in pairs:
+        row = Row(
+            name + DURABLE, "tasks/s", await median_of(r, ours), await median_of(r, floor), "(info)"
+        )
+        row.ratio = row.taskq / row.raw
+        rows.append(row)
+    return rows
+
+
+async def drain_rate(url: str, n: int, raw: bool) -> float:
+    return (await drain(url, n, 1, raw))[0]
+
+
+def fsync_cost(default: list[Row], durable: list[Row]) -> list[Row]:
+    """Per scenario measured on both servers: the durable rate over the default's, and the
+    microseconds `always` adds to each task (taskq's, and the raw loop's)."""
+    by_name = {row.metric: row for row in default}
+    rows: list[Row] = []
+    for row in durable:
+        base = by_name.get(row.metric.removesuffix(DURABLE))
+        if base is None:
+            continue
+        slower = Row(
+            f"{base.metric}: always / default",
+            "x",
+            row.taskq / base.taskq,
+            row.raw / base.raw,
+            "(info)",
+        )
+        extra = Row(
+            f"{base.metric}: always adds",
+            "µs/task",
+            1e6 / row.taskq - 1e6 / base.taskq,
+            1e6 / row.raw - 1e6 / base.raw,
+            "(info)",
+        )
+        for info in (slower, extra):
+            info.ratio = info.taskq / info.raw if info.raw else 0.0
+        rows += [slower, extra]
+    return rows
+
+
 # -- the run --------------------------------------------------------------------------------
 async def median_of(runs: int, measure: Callable[[], Awaitable[float]]) -> float:
     return statistics.median([await measure() for _ in range(runs)])
@@ -455,17 +526,25 @@ def main() -> None:
     parser.add_argument("--enqueue", type=int, default=5_000)
     parser.add_argument("--latency", type=int, default=1_000)
     parser.add_argument("--rss-tasks", type=int, default=100_000, help="tasks for the RSS row")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--no-durable", action="store_true", help="skip the sync-always server")
+    which.add_argument("--durable-only", action="store_true", help="only the sync-always server")
     args = parser.parse_args()
     import taskq
 
-    with EmbeddedServer(store_dir=tempfile.mkdtemp(prefix="taskq-bench-")) as server:
-        version = subprocess.run(
-            [server.command()[0], "--version"], capture_output=True, text=True
-        ).stdout.strip()
-        rows = asyncio.run(measure_all(server.url, args))
+    version = subprocess.run([find_binary(), "--version"], capture_output=True, text=True)
+    rows: list[Row] = []
+    if not args.durable_only:
+        with EmbeddedServer(store_dir=tempfile.mkdtemp(prefix="taskq-bench-")) as server:
+            rows = asyncio.run(measure_all(server.url, args))
+    if not args.no_durable:
+        store = tempfile.mkdtemp(prefix="taskq-bench-durable-")  # the same disk as above
+        with EmbeddedServer(store_dir=store, sync="always") as server:
+            durable = asyncio.run(measure_durable(server.url, args))
+        rows += durable + fsync_cost(rows, durable)
     meta = {
         "taskq": taskq.__version__,
-        "server": version,
+        "server": version.stdout.strip(),
         "cpus": os.cpu_count(),
         "runs": args.runs,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

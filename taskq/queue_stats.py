@@ -189,3 +189,13 @@ async def _storage(client: Client, stats: list[QueueStats]) -> None:
         return
     for one in stats:
         one.storage_used, one.storage_limit = used, limit
+
+
+def size(count: int) -> str:
+    """Bytes as people read them: 512 B, 9.8 KiB, 2.9 MiB, 1.2 GiB."""
+    amount, unit = float(count), "B"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if amount < 1024 or unit == "TiB":
+            break
+        amount /= 1024
+    return f"{count} B" if unit == "B" else f"{amount:.1f} {unit}"

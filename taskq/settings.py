@@ -40,6 +40,7 @@ ENV_FIELDS: dict[str, str] = {
     "TASKQ_ENCRYPTION_KEY": "encryption_key",
     "TASKQ_OLD_KEYS": "old_keys",
     "TASKQ_OPEN_LEGACY_SEALS": "open_legacy_seals",
+    "TASKQ_MONITOR_URL": "monitor_url",
 }
 
 
@@ -85,6 +86,9 @@ class Settings(BaseModel):
     open_legacy_seals: bool = False
     # bodies over the server's max_payload go through the object store up to this size
     payload_limit: int = Field(default=64 * 2**20, ge=1)
+    # nats-server monitoring endpoint(s), comma-separated (`http://127.0.0.1:8222`): read by
+    # `taskq doctor` and by a starting worker for the sync setting (docs/operations.md)
+    monitor_url: str | None = None
     spark_master: str = "local[*]"
     spark_conf: dict[str, str] = Field(default_factory=dict)
 

@@ -61,3 +61,22 @@ async def test_ack_sync_tasks_settle_alone(app: App) -> None:
         assert worker._settler is not None
         assert worker._settler.group.grouped == 0
     assert [await h.result(timeout=5) for h in handles] == list(range(20))
+
+
+async def test_no_more_verdicts_wait_for_their_writes_than_the_window(app: App) -> None:
+    @app.task
+    async def square(n: int) -> int:
+        return n * n
+
+    async with running_worker(app, concurrency=32) as worker:
+        assert worker._settler is not None
+        group = worker._settler.group
+        group.window = 4  # before any task: the default (512) is what a drain can fill
+        handles = await square.enqueue_many(range(400))
+        await wait_until(lambda: worker.stats["succeeded"] == 400, timeout=60)
+    # Then the tasks that finished meanwhile waited, holding their slots, for room ...
+    assert group.peak == 4 and group.unsettled == 0
+    # ... and each still settled after its record, with its value
+    for n, handle in enumerate(handles):
+        record = await fetch(app, handle.id)
+        assert record is not None and (record.state, record.result) == ("succeeded", n * n)

@@ -53,7 +53,7 @@ class Settler:
             letter = (
                 await self._letter(job, decision, outcome) if isinstance(decision, Dead) else None
             )
-            self.group.add(Handed(job, decision, outcome, record, letter))
+            await self.group.add(Handed(job, decision, outcome, record, letter))
         else:
             await self.settle_alone(job, decision, outcome)
 

@@ -9,6 +9,12 @@ write failed is not settled with its group: it is written again on its own
 (`Settler.settle_alone`, retried while transient), and if that fails too its message is
 handed back for redelivery, as a failed settle always was. `ack_sync` tasks, workflow
 steps, holds, limits and undecodable messages never come here.
+
+At most `window` verdicts wait for their writes at once; a task finishing beyond that keeps
+its slot until there is room, so the worker fetches no faster than the server stores. A
+server that fsyncs every write (`sync_interval: always`) stores a few thousand a second;
+unbounded, a drain ran tens of thousands of no-op tasks ahead of their records, whose acks
+then missed their 5 s deadline and were written again, and again (bench/README.md).
 """
 
 from __future__ import annotations
@@ -47,7 +53,7 @@ class Handed:
 class SettleGroup:
     """Collects verdicts for one turn of the loop, then stores and settles them together."""
 
-    def __init__(self, client: Client, finish: Finish, alone: Finish) -> None:
+    def __init__(self, client: Client, finish: Finish, alone: Finish, window: int = 512) -> None:
         self._client = client
         self._finish = finish  # settles one message whose record is stored
         self._alone = alone  # writes one record on its own, then settles its message
@@ -56,8 +62,21 @@ class SettleGroup:
         self._scheduled = False
         self.groups = 0  # how many groups were settled (bench/breakdown.py reports the mean size)
         self.grouped = 0
+        # at 1,000 stored writes a second (1 ms fsyncs), a full window is half a second of
+        # the server's work: well inside the 5 s a write's acknowledgement may take
+        self.window = window
+        self.unsettled = 0  # handed over, not yet settled (or handed back)
+        self.peak = 0
+        self._room = asyncio.Event()
+        self._room.set()
 
-    def add(self, handed: Handed) -> None:
+    async def add(self, handed: Handed) -> None:
+        """Take a verdict to settle with its group; waits while the window is full."""
+        while self.unsettled >= self.window:
+            self._room.clear()
+            await self._room.wait()
+        self.unsettled += 1
+        self.peak = max(self.peak, self.unsettled)
         self._waiting.append(handed)
         if not self._scheduled:
             self._scheduled = True
@@ -128,13 +147,17 @@ class SettleGroup:
             return _failed(exc)
 
     async def _guarded(self, settle: Finish, handed: Handed) -> None:
-        """Never let one message's settle failure touch the others: it is redelivered."""
+        """Never let one message's settle failure touch the others: it is redelivered.
+        Either way its place in the window is free afterwards."""
         try:
             await settle(handed.job, handed.decision, handed.outcome)
         except Exception:
             log.exception("unexpected error settling %s; will be redelivered", _tid(handed))
             with contextlib.suppress(Exception):
                 await handed.job.delivery.nak(delay=5.0)
+        finally:
+            self.unsettled -= 1
+            self._room.set()
 
     def _spawn(self, work: Awaitable[None]) -> None:
         async def run() -> None:

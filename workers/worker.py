@@ -17,6 +17,7 @@ from typing import Any
 from taskq.app import App
 from taskq.client import Client
 from taskq.dlq.sweeper import run_sweeper
+from taskq.doctor.monitor import warn_if_not_durable
 from taskq.errors import BrokerError, ConnectionLost, NotFound, TaskqError, TransientError
 from taskq.nats import Delivery, Puller
 from taskq.policy import Dead, Failure
@@ -133,6 +134,7 @@ class Worker:
             for q in self.queues
         ]
         loops.append(asyncio.create_task(self._watch_connection(client)))
+        loops.append(asyncio.create_task(self._durability_notice(client)))
         if self.sweeper:
             # Every worker sweeps crash-looped messages on one shared durable consumer.
             loops.append(asyncio.create_task(run_sweeper(client, self._stopping)))
@@ -151,6 +153,18 @@ class Worker:
         key, why = next(iter(self._failing.items()))
         more = f" (+{len(self._failing) - 1} more)" if len(self._failing) > 1 else ""
         return f"fetching from {key} fails: {why}{more}"
+
+    async def _durability_notice(self, client: Client) -> None:
+        """A server that acknowledges before fsync breaks promise 1 on an OS crash: say so,
+        in the background, and give up at once when the worker stops (docs/operations.md)."""
+        monitor = self.app.settings.monitor_url
+        notice = asyncio.create_task(warn_if_not_durable(client.connection, monitor))
+        stopping = asyncio.create_task(self._stopping.wait())
+        try:
+            await asyncio.wait({notice, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            notice.cancel()
+            stopping.cancel()
 
     async def _watch_connection(self, client: Client) -> None:
         """Stop at once when the connection dies for good: nothing could settle, and a

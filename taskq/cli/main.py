@@ -16,6 +16,7 @@ from taskq.cli.common import Context, run_async, security_options
 from taskq.cli.dashboard import dashboard
 from taskq.cli.demo import demo
 from taskq.cli.dlq import dlq
+from taskq.cli.doctor import doctor
 from taskq.cli.enqueue import enqueue
 from taskq.cli.exporter import exporter
 from taskq.cli.keys import new_key_command
@@ -74,6 +75,7 @@ cli.add_command(limits)
 cli.add_command(dashboard)
 cli.add_command(exporter)
 cli.add_command(new_key_command)
+cli.add_command(doctor)
 
 
 def main(argv: list[str] | None = None) -> None:

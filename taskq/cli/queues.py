@@ -21,7 +21,7 @@ from taskq.cli.progressbar import progress
 from taskq.client import Client
 from taskq.errors import UnknownQueue
 from taskq.queue_control import QueuePause, pause_queue, purge_queue, resume_queue, stored_tasks
-from taskq.queue_stats import QueueStats, snapshot
+from taskq.queue_stats import QueueStats, size, snapshot
 
 
 def table(stats: list[QueueStats]) -> str:
@@ -53,16 +53,6 @@ def storage_line(stats: QueueStats) -> str:
         return f"storage: {used} used (no account limit; the server's max_file_store applies)"
     share = 100.0 * stats.storage_used / limit
     return f"storage: {size(stats.storage_used)} used of {size(limit)} ({share:.0f}%)"
-
-
-def size(count: int) -> str:
-    """Bytes as people read them: 512 B, 9.8 KiB, 2.9 MiB, 1.2 GiB."""
-    amount, unit = float(count), "B"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if amount < 1024 or unit == "TiB":
-            break
-        amount /= 1024
-    return f"{count} B" if unit == "B" else f"{amount:.1f} {unit}"
 
 
 def paused_cell(paused: bool, until: str | None) -> str:

@@ -38,6 +38,8 @@ class Events:
             self.refused = True  # wrong credentials: reported as PermissionDenied at connect
         if "permissions violation" in text.lower():
             self.guard.violation(text.strip().strip("'"))
+            if self.guard.expected(text):
+                return  # a probe's answer (taskq doctor), not a problem to report
         if self.live:
             log.warning("NATS: %s", text or type(exc).__name__)
 

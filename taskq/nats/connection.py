@@ -25,6 +25,7 @@ from taskq.nats.kv import KeyValue
 from taskq.nats.messages import Messages
 from taskq.nats.objects import Objects
 from taskq.nats.pipeline import Pipeline
+from taskq.nats.probes import Probes
 from taskq.nats.pull import Puller
 from taskq.nats.records import Records
 from taskq.nats.streams import Streams
@@ -65,6 +66,7 @@ class Connection:
         self.claims = Claims(self.blobs, settings)
         self._pipeline = Pipeline(client, self._guard)
         self.records = Records(js, self._guard, self.seal)
+        self.probes = Probes(client, self._guard)  # taskq doctor: harmless questions
 
     @classmethod
     async def connect(cls, settings: Settings, name: str = "taskq") -> Connection:

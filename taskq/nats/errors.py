@@ -51,10 +51,11 @@ class Guard:
     and this form costs a fraction of `contextlib.contextmanager`'s set-up per use.
     """
 
-    __slots__ = ("_violations",)
+    __slots__ = ("_expected", "_violations")
 
     def __init__(self) -> None:
         self._violations: deque[tuple[float, str]] = deque(maxlen=16)  # (when, text)
+        self._expected: set[str] = set()  # subjects probed on purpose (taskq doctor)
 
     def __enter__(self) -> None:
         return None
@@ -71,6 +72,24 @@ class Guard:
     def violation(self, text: str) -> None:
         """Remember a permissions violation the server reported on this connection."""
         self._violations.append((time.monotonic(), text))
+
+    def expect(self, subject: str) -> None:
+        """A probe is about to try `subject`: a refusal of it is an answer, not a problem."""
+        self._expected.add(subject)
+
+    def expected(self, text: str) -> bool:
+        """Whether a violation's text is about a subject being probed (nats-py hands the
+        server's error over in lower case)."""
+        return any(f'"{subject.lower()}"' in text.lower() for subject in self._expected)
+
+    def violated(self, subject: str) -> bool:
+        """Whether the server refused `subject` (a probe's answer); ends expecting it."""
+        self._expected.discard(subject)
+        quoted = f'"{subject.lower()}"'
+        found = [entry for entry in self._violations if quoted in entry[1].lower()]
+        for entry in found:
+            self._violations.remove(entry)
+        return bool(found)
 
     def recent_violation(self, within: float = 15.0) -> str | None:
         """The text of a violation seen in the last `within` seconds (consumed once)."""

@@ -8,6 +8,11 @@ nats-py (pinned to the tested range in pyproject.toml) has no public API for the
   so the message is marked settled by hand.
 - `Client._err`: why the last connect attempt failed, when the connect call only says "no
   servers available".
+- `Client._flush_pending`: `flush()` writes its PING straight to the socket, ahead of the
+  publishes and subscriptions still queued for the flusher, so its PONG does not prove the
+  server read them; `taskq doctor`'s probes first wait for the queue to be written.
+- `Client._server_info`: the INFO the connected server sent (version, cluster, TLS, auth),
+  which `taskq doctor` reports; nats-py exposes only the version of it.
 - `JetStreamContext._handle_async_reply` / `_publish_async_futures`: a pipelined publish the
   server refuses is completed with the refusal (`JetStream` below; nats-py raises it inside
   its reply callback instead, and the publish waited for an ack that never came).
@@ -75,10 +80,25 @@ def last_error(client: Client) -> BaseException | None:
     return error if isinstance(error, BaseException) else None
 
 
+def server_info(client: Client) -> dict[str, Any]:
+    """A copy of the INFO the connected server sent."""
+    info = getattr(client, "_server_info", None)
+    return dict(info) if isinstance(info, dict) else {}
+
+
+async def write_pending(client: Client) -> None:
+    """Wait until every command queued in nats-py is written to the socket."""
+    await client._flush_pending(force_flush=True)
+
+
 def check_client(client: Client) -> None:
     """Raise BrokerError if this nats-py's Client or Msg lack what taskq relies on."""
     if not hasattr(client, "_err"):
         _changed("Client._err")
+    if not isinstance(getattr(client, "_server_info", None), dict):
+        _changed("Client._server_info")
+    if not callable(getattr(client, "_flush_pending", None)):
+        _changed("Client._flush_pending")
     if "_ackd" not in {f.name for f in dataclasses.fields(Msg)}:
         _changed("Msg._ackd")
     if not hasattr(nats.js.JetStreamContext, "_handle_async_reply"):

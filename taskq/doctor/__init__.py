@@ -1,0 +1,26 @@
+"""`taskq doctor`: a deployment checked as an operator would before going live — servers
+and their versions, the sync setting, replicas, storage, clocks, transport security, and
+what the identity in use may do. Nothing is changed on the server (docs/operations.md,
+"Before going live: taskq doctor")."""
+
+from __future__ import annotations
+
+from taskq.client import Client
+from taskq.doctor.checks import deployment
+from taskq.doctor.facts import gather
+from taskq.doctor.report import Check, worst
+from taskq.doctor.rights import judge_rights, probe_rights
+from taskq.settings import Settings
+
+__all__ = ["Check", "diagnose", "worst"]
+
+
+async def diagnose(settings: Settings, monitors: list[str]) -> list[Check]:
+    """Every check, in report order; ConnectError when no server answers at all."""
+    client = await Client.connect(settings)
+    try:
+        facts = await gather(client, monitors)
+        found = await probe_rights(client.connection.probes, client.names)
+    finally:
+        await client.close()
+    return [*deployment(facts), judge_rights(found)]
