@@ -83,3 +83,15 @@ def test_one_import_name_is_installed() -> None:
 
     assert taskq.workers.worker.__file__ == str(ROOT / "workers" / "worker.py")
     assert taskq.dlq.record.__file__ == str(ROOT / "dlq" / "record.py")
+
+
+def test_every_package_ships() -> None:
+    """pyproject lists the packages the wheel carries: a new package missing there installs
+    from a clone (editable) but not from the wheel (as taskq.doctor once did)."""
+    import tomllib
+
+    listed = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    packages = {name for name, path in modules().items() if path.name == "__init__.py"}
+    assert packages - listed == set(), "packages pyproject.toml does not ship"
