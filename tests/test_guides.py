@@ -119,7 +119,8 @@ class Tutorial:
             PYTEST_ADDOPTS=f"--basetemp={root / 'pytest'} -p no:cacheprovider"
         )
         self.shell = Shell(self.project, self.env)
-        self.running: dict[str, Background] = {}
+        self.running: dict[str, Background] = {}  # by role: server, worker, dashboard
+        self.started: list[Background] = []  # every process, killed at the end if need be
         self.port = 0
         self.workers = 0  # started so far
         self.output = ""  # what the last command block printed
@@ -131,13 +132,13 @@ class Tutorial:
         if kind in ("file", "continued", "changed"):
             self.files.apply(block)
         elif kind == "text":
-            await self.check(block)
+            self.check(block)
         elif kind == "sh":
             await self.commands(block)
         else:
             raise AssertionError(f"{block.where}: a tutorial has files and commands only")
 
-    async def check(self, block: Block) -> None:
+    def check(self, block: Block) -> None:
         produced = self.last.output() if self.last is not None else self.output
         for real, shown in self.aliases.items():
             produced = produced.replace(real, shown)
@@ -193,8 +194,8 @@ class Tutorial:
             self.env,
             self.root / f"{name or role}.log",
         )
-        self.running[role] = process
-        self.last = process
+        self.running[role] = self.last = process
+        self.started.append(process)
         return process
 
     async def finish(self) -> None:
@@ -205,7 +206,7 @@ class Tutorial:
         assert await self.running.pop("server").stop() == 0
 
     def close(self) -> None:
-        for process in self.running.values():
+        for process in self.started:
             process.kill()
         if self.port:
             release_port(self.port)
@@ -246,8 +247,7 @@ def shop(tmp_path: Path, nats_url: str, prefix: str, monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("TASKQ_URL", nats_url)
     monkeypatch.setenv("TASKQ_PREFIX", prefix)
     monkeypatch.syspath_prepend(str(tmp_path))
-    for name in ("shop", "test_shop"):
-        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.delitem(sys.modules, "shop", raising=False)
     module = importlib.import_module("shop")
     yield module
     module.app.close()  # the connection `delay()` opened on the app's own loop
