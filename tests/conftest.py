@@ -47,6 +47,11 @@ def run_cli(
     )
 
 
+async def cli(url: str, prefix: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`run_cli` in a thread: a worker under test runs on this event loop meanwhile."""
+    return await asyncio.to_thread(run_cli, url, prefix, *args)
+
+
 @pytest.fixture(scope="session")
 def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
     store = tmp_path_factory.mktemp("nats-store")

@@ -3,14 +3,18 @@ import, an unknown id, a bad URL, an unknown queue, the worker's start line."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import subprocess
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from taskq import App
 from taskq.workers.setup import QueueSetup, described
-from tests.conftest import cli_argv, run_cli
+from tests.conftest import cli, cli_argv, run_cli, running_worker, wait_until
 
 BROKEN = {
     "syntax": ("x = 1\ndef broken(:\n    pass\n", 2, "SyntaxError"),
@@ -105,3 +109,71 @@ def test_the_start_line_counts_streams_not_consumers() -> None:
     ]
     assert described(["default", "thumbs"], setups) == "default, thumbs (2 streams)"
     assert described(["default"], setups[:2]) == "default"
+
+
+async def test_taskq_workers_counts_cancelled_tasks(nats_url: str, prefix: str) -> None:
+    """The CANCELLED column docs/cli.md promises: a task cancelled while it runs is counted
+    in the worker's next heartbeat, in the table and in `--json`."""
+    app = App(url=nats_url, prefix=prefix, heartbeat=0.3)
+    started = asyncio.Event()
+
+    @app.task
+    async def long() -> None:
+        started.set()
+        await asyncio.sleep(60)
+
+    try:
+        async with running_worker(app) as worker:
+            handle = await long.enqueue()
+            await asyncio.wait_for(started.wait(), 20)
+            await handle.cancel()
+            await wait_until(lambda: worker.stats["cancelled"] == 1)
+
+            async def cancelled_listed() -> bool:
+                listed = json.loads((await cli(nats_url, prefix, "workers", "--json")).stdout)
+                return [w["counts"].get("cancelled") for w in listed] == [1]
+
+            await wait_until(cancelled_listed, timeout=20)
+            shown = (await cli(nats_url, prefix, "workers")).stdout
+            header, row, *_ = [*shown.splitlines(), "", ""]
+            column = header.split().index("CANCELLED")
+            assert row.split()[column] == "1", shown
+    finally:
+        await app.aclose()
+
+
+async def test_schedules_ls_shows_each_schedules_next_run(nats_url: str, prefix: str) -> None:
+    """`taskq schedules ls` has a NEXT RUN column: a daily cron's next 03:00:00 UTC, and a
+    delayed task's eta (the `--json` twin says the same)."""
+    app = App(url=nats_url, prefix=prefix)
+
+    @app.periodic(cron="0 0 3 * * *")
+    async def nightly() -> None: ...
+
+    @app.task
+    async def later() -> None: ...
+
+    try:
+        async with running_worker(app):
+            await later.options(countdown=3600).enqueue()
+
+            async def both_listed() -> list[dict[str, Any]]:
+                listed = await cli(nats_url, prefix, "schedules", "ls", "--json")
+                found = json.loads(listed.stdout)
+                return found if len(found) == 2 else []
+
+            await wait_until(both_listed, timeout=20)
+            listed = {s["name"].split(".")[0]: s for s in await both_listed()}
+        now = datetime.now(UTC)
+        three = now.replace(hour=3, minute=0, second=0, microsecond=0)
+        nightly_at = three if three > now else three + timedelta(days=1)
+        assert datetime.fromisoformat(listed["periodic"]["next_run"]) == nightly_at
+        eta = datetime.fromisoformat(listed["task"]["next_run"])
+        assert timedelta(minutes=55) < eta - now <= timedelta(hours=1)
+        header, *rows = run_cli(nats_url, prefix, "schedules", "ls").stdout.splitlines()
+        assert "NEXT RUN" in header
+        at = header.index("NEXT RUN")
+        shown = {row.split()[1].split(".")[0]: row[at : at + 24].strip() for row in rows}
+        assert shown == {k: s["next_run"] for k, s in listed.items()}, rows
+    finally:
+        await app.aclose()

@@ -5,18 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 from typing import Any
 
 import pytest
 
 from taskq import App, TaskCancelled
-from tests.conftest import run_cli, running_worker, wait_until
-
-
-async def cli(url: str, prefix: str, *args: str) -> subprocess.CompletedProcess[str]:
-    # in a thread: the worker under test runs on this event loop meanwhile
-    return await asyncio.to_thread(run_cli, url, prefix, *args)
+from tests.conftest import cli, running_worker, wait_until
 
 
 def by_kind(limits: list[dict[str, Any]], task: str) -> dict[str, dict[str, Any]]:
@@ -75,6 +69,8 @@ async def test_limits_queues_and_task_show_what_holds_a_task(
         assert default["held_by"]["max_per_key report (acme)"] == 2
         assert default["held_by"]["rate_limit notify"] == 4
         assert default["held"] == 6 and default["in_flight"] >= 2
+        # the two commands count the same held tasks (`limits` read 2 above `queues` once)
+        assert sum(u.get("held", 0) for u in limits) == default["held"]
         # taskq task ID: a held task says so, and which limit holds it
         told = json.loads((await cli(nats_url, prefix, "task", parked[0].id, "--json")).stdout)
         assert told["state"] == "held" and "max_per_key 1" in told["held_by"]

@@ -10,6 +10,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any, cast
 
 import pytest
 
@@ -17,9 +18,12 @@ import taskq
 from taskq import App, ConfigError
 from taskq.firings import firing, run_id
 from taskq.ids import safe_id
+from taskq.nats import Delivery
+from taskq.nats.types import StoredMessage
 from taskq.places import SCHEDULE_NEXT, SCHEDULER
 from taskq.schedules import remove
 from taskq.workers.setup import prepare
+from taskq.workers.timers import move
 from tests.conftest import run_cli, running_worker, wait_until
 
 RUN_ID = re.compile(r"periodic:(?P<queue>[a-z]+):digest:(?P<due>\d{8}T\d{6}Z)")
@@ -148,9 +152,9 @@ async def _at_least(waiting: Callable[[], Awaitable[list[str]]], count: int) -> 
     return len(await waiting()) >= count
 
 
-def _runs(nexts: list[str]) -> list[str]:
+def _runs(nexts: list[str], queue: str = "tick") -> list[str]:
     due = [datetime.fromisoformat(n.replace("Z", "+00:00")) - timedelta(seconds=1) for n in nexts]
-    return [run_id("tick", "beat", d) for d in due]
+    return [run_id(queue, "beat", d) for d in due]
 
 
 async def test_an_on_time_run_is_never_dropped(app: App) -> None:
@@ -165,3 +169,66 @@ async def test_an_on_time_run_is_never_dropped(app: App) -> None:
     async with running_worker(app) as worker:
         await wait_until(lambda: len(ran) >= 3, timeout=20)
         assert worker.stats["missed"] == 0
+
+
+async def test_two_firings_for_one_due_time_run_once(nats_url: str, prefix: str) -> None:
+    """Given firings of a schedule, when each is moved twice (a mover that published a
+    firing and died before its ack, so the firing came back), then the queue holds one
+    message per due time and each run goes once: both moves publish under the run's id and
+    the server keeps the first."""
+    declared = App(url=nats_url, prefix=prefix)
+
+    @declared.periodic(every=1, queue="dup", catch_up="all")
+    async def beat() -> None: ...
+
+    client = await declared.client()
+    await prepare(declared, client, ["dup"])
+    names, connection = client.names, client.connection
+    timers, fired = names.timer_stream("dup"), names.fired_filter("dup")
+
+    async def firings() -> list[StoredMessage]:
+        found, seq = [], 1
+        while (stored := await connection.messages.next(timers, seq, fired)) is not None:
+            found.append(stored)
+            seq = stored.seq + 1
+        return found
+
+    await wait_until(lambda: _count_at_least(firings, 3), timeout=30)
+    assert await remove(declared, "dup", "periodic.beat")
+    due = [stored.headers[SCHEDULE_NEXT] for stored in await firings()]
+    puller = await connection.pull(timers, names.timer_consumer("dup"))
+    async for delivery in puller.stream(len(due), 1.0):
+        await move(client, cast(Delivery, AckLost(delivery)))
+        await move(client, delivery)  # the firing back: moved again, then acknowledged
+    await puller.close()
+    queued = await connection.streams.state(names.queue_stream("dup"))
+    assert queued.messages == len(due), (queued.messages, due)
+    ran: list[str] = []
+    runner = App(url=nats_url, prefix=prefix)
+
+    @runner.task(queue="dup", name="beat")
+    async def beat_now() -> None:
+        ran.append(taskq.current().id)
+
+    async with running_worker(runner) as worker:
+        await wait_until(lambda: len(ran) >= len(due) and not worker._running)
+    assert sorted(ran) == sorted(_runs(due, "dup")), ran  # one run per due time
+    await declared.aclose()
+    await runner.aclose()
+
+
+class AckLost:
+    """A delivery whose acknowledgement never reaches the server (the mover died first)."""
+
+    def __init__(self, delivery: Delivery) -> None:
+        self._delivery = delivery
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._delivery, name)
+
+    async def ack(self) -> None:
+        return None
+
+
+async def _count_at_least(found: Callable[[], Awaitable[list[StoredMessage]]], count: int) -> bool:
+    return len(await found()) >= count
