@@ -4,6 +4,7 @@ what it must not do, with a clear PermissionDenied (not a hang)."""
 from __future__ import annotations
 
 import os
+import re
 import time
 
 import pytest
@@ -13,7 +14,7 @@ from taskq import App, PermissionDenied
 from taskq.registry import list_workers
 from taskq.server import EmbeddedServer
 from tests.conftest import ROOT, running_worker, wait_until
-from tests.roles import role
+from tests.roles import ROLES, role
 
 
 async def test_each_role_does_its_job_and_no_more(secure_server: EmbeddedServer) -> None:
@@ -60,6 +61,22 @@ async def test_wrong_password_is_a_clear_error(secure_server: EmbeddedServer) ->
     app = App(url=secure_server.url, user="producer", password="wrong")
     with pytest.raises(PermissionDenied):
         await app.client()
+
+
+def test_the_shipped_users_are_the_tested_roles_and_no_more() -> None:
+    """Every user deploy/nats/accounts.conf ships is a role tests/security/ acts as: no
+    other user (a system user with a known password could list and kick every client)."""
+    shipped = (ROOT / "deploy" / "nats" / "accounts.conf").read_text()
+    users = re.findall(r"\buser:\s*(\w+)", shipped)
+    assert sorted(users) == sorted(ROLES), users
+
+
+async def test_no_system_user_logs_in(secure_server: EmbeddedServer) -> None:
+    """The system user an earlier accounts.conf shipped (`sys`/`sys-secret`) is gone."""
+    app = App(url=secure_server.url, user="sys", password="sys-secret")
+    with pytest.raises(PermissionDenied):
+        await app.client()
+    await app.aclose()
 
 
 def test_cli_security_flags_reach_the_connection(secure_server: EmbeddedServer) -> None:
