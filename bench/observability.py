@@ -1,4 +1,5 @@
-"""The cost of issue 18's ecosystem pieces, measured the way bench/run.py measures drains.
+"""The cost of the ecosystem pieces (logs, metrics, test helpers), measured the way
+bench/run.py measures drains.
 
     python -m bench.observability [--runs 3] [--drain 20000] [--lines 200000] [--tests 40]
 

@@ -1,4 +1,4 @@
-"""Dead-letter records (DESIGN §4) and how the worker writes them.
+"""Dead-letter records (docs/wire-format.md) and how the worker writes them.
 
 A record's `message` is the task as it arrived, in one of three typed shapes validated when a
 record is read: the decoded envelope (`EnvelopeOriginal`), the undecodable bytes in base64

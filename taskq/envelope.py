@@ -1,4 +1,4 @@
-"""The task message on the wire (DESIGN §4, version 1) and its codec.
+"""The task message on the wire (docs/wire-format.md, version 1) and its codec.
 
 A foreign producer only has to send `{"args": [...], "kwargs": {...}}` on
 `<prefix>.q.<queue>.<task>`: the id defaults to the `Nats-Msg-Id` header (or the stream

@@ -1,4 +1,5 @@
-"""Typed workflow state carried in a task envelope's `flow` field (DESIGN §7).
+"""Typed workflow state carried in a task envelope's `flow` field
+(docs/results-workflows-schedules.md).
 
 On the wire `flow` is a JSON object whose `kind` says which workflow the task belongs to;
 it is validated with pydantic when a message is decoded, so a malformed flow is a decode

@@ -2,7 +2,7 @@
 
 `decide` is pure: the same policy, attempt number and outcome always give the same kind of
 decision (only the jitter inside a retry delay is random). The server's delivery count is
-the attempt number, so retries need no bookkeeping of our own (DESIGN §1, promise 3).
+the attempt number, so retries need no bookkeeping of our own (docs/concepts.md, the promises).
 """
 
 from __future__ import annotations

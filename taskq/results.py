@@ -1,4 +1,5 @@
-"""Task states and results in the `<PREFIX>_RESULTS` key-value bucket (DESIGN §7).
+"""Task states and results in the `<PREFIX>_RESULTS` key-value bucket
+(docs/results-workflows-schedules.md).
 
 The worker writes a task's record before acknowledging its message, so a result is never
 missing for a task that left its queue. Waiting watches the key's subject (a core NATS

@@ -3,7 +3,7 @@
 tenacity, used as designed: `retry_transient` retries a call that raised TransientError with
 exponential backoff and jitter until a deadline. Safe for publishes because every task
 message carries a `Nats-Msg-Id`: a retry of a publish the server did store is dropped by its
-dedup window (DESIGN §3, cluster facts). `patiently` is the same helper with the short
+dedup window (docs/operations.md, clusters). `patiently` is the same helper with the short
 deadline that idempotent reads use to ride out a leader election (a few seconds in a cluster
 after a node dies).
 """

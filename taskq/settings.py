@@ -51,7 +51,7 @@ class Settings(BaseModel):
 
     url: str = DEFAULT_URL
     prefix: str = "taskq"
-    # connection security (DESIGN §8): passed through to the NATS client
+    # connection security (docs/security.md): passed through to the NATS client
     user: str | None = None
     password: str | None = None
     token: str | None = None

@@ -1,4 +1,4 @@
-"""Workflows: chain, group and chord of task signatures (DESIGN §7).
+"""Workflows: chain, group and chord of task signatures (docs/results-workflows-schedules.md).
 
 Every step's task id is fixed when the workflow is enqueued (`<flow id>.<n>`), so a
 workflow's handle is known at once and every follow-up publish is deduplicated by the

@@ -1,4 +1,5 @@
-"""The wire codec (DESIGN §4): round trips, foreign defaults, and clear errors for bad bytes."""
+"""The wire codec (docs/wire-format.md): round trips, foreign defaults, and clear errors
+for bad bytes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tasks that never return and tasks that leak memory are contained (issue 19, item 2)."""
+"""Tasks that never return and tasks that leak memory are contained."""
 
 from __future__ import annotations
 

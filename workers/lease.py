@@ -1,6 +1,6 @@
 """Keeping running tasks' leases: in-progress acks so long tasks are never redelivered.
 
-`in_progress()` resets the server's ack timer (DESIGN §3); sending it every ack_wait/3
+`in_progress()` resets the server's ack timer (docs/architecture.md); sending it every ack_wait/3
 leaves two chances to spare. One ticker per worker serves every running delivery, so a
 short task costs a dict insert and delete, not a timer task of its own. A lease is held
 only while its attempt runs, which the task's `timeout` bounds, so a stuck task's lease is

@@ -1,5 +1,5 @@
 """Settling one judged delivery exactly one way: ack, NAK with a delay, or dead-letter then
-TERM (DESIGN §5). The task's result record (and workflow step) is written first, so a task
+TERM (docs/concepts.md). The task's result record (and workflow step) is written first, so a task
 never leaves its queue without its record; the dead letter is written before the TERM, so a
 message is never in neither place."""
 

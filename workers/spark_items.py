@@ -4,7 +4,7 @@ reporting each item's own outcome so that one bad item never fails the others.
 This module is shipped to the executors by value (cloudpickle), so executors need neither
 taskq nor its dependencies installed: it imports only the standard library and pyspark.
 Every value crossing back is pre-pickled per item, so an unpicklable result or error fails
-that item alone instead of the whole partition (DESIGN §6: catch per item, inside the
+that item alone instead of the whole partition (docs/spark.md: catch per item, inside the
 partition function).
 """
 

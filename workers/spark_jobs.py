@@ -3,7 +3,7 @@ run as one distributed job per batch, each item with its own outcome.
 
 A job task's function gets the SparkSession first and runs on the driver side in a thread;
 every Spark job it submits is tagged with the task id, so a timeout, a cancellation or the
-worker's shutdown cancels them (DESIGN §6). A batch task's items are gathered by a
+worker's shutdown cancels them (docs/spark.md). A batch task's items are gathered by a
 `Batcher` and run with `mapPartitions` over `workers.spark_items.run_partition`.
 """
 

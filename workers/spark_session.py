@@ -2,7 +2,7 @@
 tagged per task so they can be cancelled from the event loop, stopped at shutdown.
 
 pyspark is an optional extra, imported here only inside functions. The facts this module
-relies on were measured with PySpark 4.3.0 on Java 17 (DESIGN §6): the fast-start conf
+relies on were measured with PySpark 4.3.0 on Java 17 (docs/spark.md): the fast-start conf
 halves a local session's start-up; executors run the system python unless PYSPARK_PYTHON
 names ours; code the executors cannot import must be shipped by value; job tags
 (`addJobTag`/`cancelJobsWithTag`) cancel from another thread where `spark.addTag`/
@@ -40,7 +40,7 @@ T = TypeVar("T")
 
 INSTALL_FIX = "install it with: pip install 'taskq[spark]'"
 JAVA_FIX = "install Java 17+ (e.g. apt-get install openjdk-17-jre-headless) or set JAVA_HOME"
-# Local mode starts in ~10 s instead of ~23 s with these (measured, DESIGN §6).
+# Local mode starts in ~10 s instead of ~23 s with these (measured, docs/spark.md).
 FAST_START = {
     "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
     "spark.ui.enabled": "false",
@@ -226,7 +226,7 @@ class SparkRuntime:
     ) -> T:
         """Run `call` (which submits jobs tagged `tag`) in a thread, bounded by `timeout`.
 
-        Cancelling an asyncio task does not stop a Spark job (DESIGN §6), so on timeout or
+        Cancelling an asyncio task does not stop a Spark job (docs/spark.md), so on timeout or
         cancellation the jobs are cancelled by tag, repeatedly until the thread returns
         (the function may submit another job after the first is cancelled).
         """

@@ -2,7 +2,7 @@
 
 Exit codes: 0 success, 1 runtime error (one line on stderr), 2 usage error (one line).
 Every command is registered here explicitly; `workers`, Spark and the demo are imported
-inside the commands that need them (DESIGN §2), so `taskq --help` stays fast.
+inside the commands that need them (docs/architecture.md), so `taskq --help` stays fast.
 """
 
 from __future__ import annotations

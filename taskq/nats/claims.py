@@ -1,6 +1,7 @@
 """Claim checks: a body too large for one message (over the server's `max_payload`) is
-stored in the object store, and a small reference travels in its place (DESIGN §3,
-`<PREFIX>_BLOBS`). Readers fetch it back transparently; it is deleted when its task settles.
+stored in the object store (`<PREFIX>_BLOBS`), and a small reference travels in its place
+(docs/wire-format.md, "Large bodies"). Readers fetch it back transparently; it is deleted
+when its task settles.
 
 A reference is `CLAIM | JSON {"bucket", "name", "size"}`; like a sealed body it starts with a
 NUL byte, which no JSON body can. The stored object holds the body exactly as it would have

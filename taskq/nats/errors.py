@@ -136,7 +136,7 @@ def storage_full(text: str, err_code: int | None, code: int | None) -> StorageFu
 
     The server answers a publish into a full store with 503, which nats-py raises as
     "service unavailable" like an election; retried, it would hang the caller for the whole
-    retry deadline (issue 19), so it is told apart here by its code and text."""
+    retry deadline, so it is told apart here by its code and text."""
     lowered = text.lower()
     if err_code in (INSUFFICIENT_RESOURCES, STORAGE_EXCEEDED) or "insufficient" in lowered:
         return StorageFull(SERVER_STORAGE, text, err_code, code)

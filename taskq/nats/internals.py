@@ -44,7 +44,7 @@ class JetStream(nats.js.JetStreamContext):
     nats-py 2.16 turns an error reply to `publish_async` into an exception with
     `APIError.from_error`, which raises: it escapes the reply callback and the publish's
     future never completes. A full store (`503 insufficient resources`) then looked like a
-    lost ack and was retried until its deadline (issue 19).
+    lost ack and was retried until its deadline.
     """
 
     async def _handle_async_reply(self, msg: Msg) -> None:

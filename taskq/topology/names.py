@@ -1,4 +1,4 @@
-"""Names of every JetStream object and subject, derived from one prefix (DESIGN §3).
+"""Names of every JetStream object and subject, derived from one prefix (docs/architecture.md).
 
 Several apps, tenants or tests share a server by using different prefixes.
 """

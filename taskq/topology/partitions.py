@@ -1,7 +1,8 @@
 """Queue partitions: which partition a task goes to, and which partition streams exist.
 
 A queue declared with `partitions=N` is N work-queue streams (`<PREFIX>_Q_<QUEUE>_P<i>`,
-DESIGN §3). Producers place a task by hashing its key (its partition key or idempotency key,
+docs/architecture.md). Producers place a task by hashing its key (its partition key or
+idempotency key,
 so that a key always meets the same stream's dedup window) or, without a key, round robin.
 Workers consume every partition stream that exists, so nothing is stranded when N changes.
 """

@@ -5,6 +5,7 @@ nats-py's private attributes."""
 from __future__ import annotations
 
 import ast
+import re
 
 from tests.architecture.modules import ROOT, cycles, graph, imported_names, layer, modules
 
@@ -95,3 +96,16 @@ def test_every_package_ships() -> None:
     )
     packages = {name for name, path in modules().items() if path.name == "__init__.py"}
     assert packages - listed == set(), "packages pyproject.toml does not ship"
+
+
+def test_no_code_cites_a_document_outside_the_repository() -> None:
+    """Comments and docstrings cite docs/ (in the repository), never the design card the
+    project grew from nor issue numbers a reader of the code cannot open."""
+    cited = re.compile(r"DESIGN §|\bissues? \d+\b|\bDESIGN\.md\b")
+    offenders = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in sorted({*modules().values(), *(ROOT / "bench").rglob("*.py")})
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if cited.search(line)
+    ]
+    assert offenders == []

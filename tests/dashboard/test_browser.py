@@ -1,5 +1,5 @@
 """The dashboard in a real browser (headless Chromium) against a real nats-server, a real
-worker and `taskq dashboard` as a user starts it: every action of issue 16 §4, done by
+worker and `taskq dashboard` as a user starts it: every action the dashboard offers, done by
 clicking, and checked on the server. The screenshots in docs/dashboard.md come from here."""
 
 from __future__ import annotations

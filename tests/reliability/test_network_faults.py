@@ -1,4 +1,4 @@
-"""Network faults (issue 19, item 3): a worker's or a producer's link to NATS drops and comes
+"""Network faults: a worker's or a producer's link to NATS drops and comes
 back (a loopback proxy the test cuts, tests/proxy.py); a cluster node is cut off from its
 peers. Nothing is lost: every task is stored once and runs to a result.
 

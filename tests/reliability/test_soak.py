@@ -1,4 +1,4 @@
-"""The soak (issue 19): 1,000,000 no-op tasks through 2 worker processes, with 20 random
+"""The soak: 1,000,000 no-op tasks through 2 worker processes, with 20 random
 worker SIGKILLs and 2 server SIGKILL-and-restarts on the way; nothing lost.
 
 Marked slow and soak (the default run deselects it). Run it with

@@ -1,4 +1,4 @@
-"""A full store never wedges taskq (issue 19, item 1), on real servers with tiny limits.
+"""A full store never wedges taskq, on real servers with tiny limits.
 
 Before: the first enqueue past `max_file_store` hung (a 503 retried as transient), and a
 worker retried its result writes forever, so it never acked and never freed space.
