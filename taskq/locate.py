@@ -24,6 +24,7 @@ from taskq.schedules import SCHEDULE, delayed_name
 from taskq.topology.partitions import Part, queues_on_server
 
 EXPECTED_LAST_MSG_ID = "Nats-Expected-Last-Msg-Id"
+EXPECTED_LAST_SEQ = "Nats-Expected-Last-Sequence"
 
 
 @dataclass(frozen=True)
@@ -72,11 +73,13 @@ async def find_scheduled(client: Client, task_id: str) -> Waiting | None:
 async def _enqueued_lately(client: Client, task_id: str, queue: str, part: Part) -> Waiting | None:
     """The task's message if the stream's dedup window still knows its id. A probe
     publish with the id asks the server: it answers `duplicate` with the message's
-    sequence if it does, and otherwise refuses it, storing nothing (an expected last
-    message id no stream can have fails after the dedup check)."""
+    sequence if it does, and otherwise refuses it, storing nothing (an expectation no
+    stream can meet, checked after the dedup check: `_impossible`)."""
     names, connection = client.names, client.connection
+    stream = names.queue_stream(queue, part)
     subject = names.queue_subject(queue, "_probe", part)
-    headers = {MSG_ID: safe_id(task_id), EXPECTED_LAST_MSG_ID: f"probe:{new_id()}"}
+    replicas = (await connection.streams.state(stream)).replicas
+    headers = {MSG_ID: safe_id(task_id), **_impossible(replicas)}
     try:
         ack = await connection.publish(subject, b"", headers)
     except BrokerError as exc:
@@ -93,6 +96,23 @@ async def _enqueued_lately(client: Client, task_id: str, queue: str, part: Part)
     return Waiting(
         "delayed" if _ahead(envelope) else "queued", queue, ack.stream, ack.seq, envelope
     )
+
+
+def _impossible(replicas: int) -> dict[str, str]:
+    """A header whose expectation fails right after the dedup check, on a stream of
+    `replicas`, without the server storing or proposing anything.
+
+    The two paths of nats-server 2.15.1 check in different orders (measured, and read in
+    stream.go and jetstream_batching.go): an R1 stream checks the dedup window, then the
+    expected last message id; a replicated stream's leader checks the dedup window, then
+    the expected last sequence, before it proposes. A replicated stream must never get
+    the expected last message id: its leader proposes the message and every replica then
+    fails to apply it ("critical write error: last msgid mismatch"), which stops the
+    stream taking publishes (a cancel froze an R3 queue). On R1 the expected last
+    sequence is checked before the dedup window, so it would answer nothing."""
+    if replicas > 1:
+        return {EXPECTED_LAST_SEQ: str(2**63)}
+    return {EXPECTED_LAST_MSG_ID: f"probe:{new_id()}"}
 
 
 async def waiting_with_prefix(client: Client, prefix: str) -> list[Waiting]:

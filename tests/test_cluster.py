@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from taskq import App
 from tests.apps import reliable
 from tests.cluster import Cluster
-from tests.conftest import WorkerProcess, wait_until
+from tests.conftest import WorkerProcess, running_worker, wait_until
 from tests.reliability.ledger import account, all_done, runs
 
 SPEC = "tests.apps.reliable:app"
@@ -80,3 +82,30 @@ async def test_results_leader_killed_mid_run_nothing_hangs(
 @pytest.mark.timeout(900)
 async def test_stream_leader_killed_soak(cluster: Cluster, tmp_path: Path) -> None:
     await run_leader_kill(cluster, tmp_path, 20000)
+
+
+async def test_cancel_on_r3_queues_leaves_them_taking_tasks(cluster: Cluster) -> None:
+    """Cancelling a task on R3 queue streams asks each stream's dedup window with a probe
+    publish the leader refuses before it proposes anything; the queue goes on storing and
+    running tasks. (The probe once carried an expected last message id, which an R3
+    stream's replicas failed to apply: the stream stopped taking publishes.)"""
+    app = App(url=cluster.url, prefix="r" + uuid.uuid4().hex[:8], replicas=3)
+    ran: list[int] = []
+
+    @app.task
+    async def note(n: int) -> int:
+        ran.append(n)
+        return n
+
+    try:
+        queued = await note.enqueue(0)
+        report = await queued.cancel()  # found in the dedup window: a duplicate answer
+        assert (report.outcome, report.state) == ("cancelled", "queued")
+        unknown = await app.handle("never-enqueued").cancel()  # refused: not in the window
+        assert unknown.state == "unknown", unknown
+        handles = [await note.enqueue(n) for n in range(1, 4)]  # the streams still store
+        async with running_worker(app):
+            assert [await h.result(timeout=30) for h in handles] == [1, 2, 3]
+        assert sorted(ran) == [1, 2, 3]
+    finally:
+        await app.aclose()
