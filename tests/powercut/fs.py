@@ -204,6 +204,8 @@ class PowerCutFS(fuse.Operations):  # type: ignore[misc]
                 if resized or os.fstat(dst.fileno()).st_size > size:
                     dst.truncate(size)
                 for start, end in ranges:
+                    if start >= size:  # written, then truncated away before this sync
+                        continue
                     chunk = os.pread(src.fileno(), min(end, size) - start, start)
                     os.pwrite(dst.fileno(), chunk, start)
                     self.stats["bytes_synced"] += len(chunk)
