@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ cluster {{
 """
 
 START_ATTEMPTS = 3
+DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 
 
 @dataclass
@@ -147,3 +149,16 @@ async def ready(url: str, timeout: float = 30.0, **credentials: str) -> None:
                 await asyncio.sleep(0.25)
     finally:
         await app.aclose()
+
+
+def shipped_on_loopback(nodes: Cluster, name: str) -> str:
+    """deploy/nats/cluster/<name>.conf with its addresses moved to loopback and leased
+    ports, its store in the test's directory, monitoring on a port of its own choosing."""
+    text = (DEPLOY / "nats" / "cluster" / f"{name}.conf").read_text()
+    text = text.replace("listen: 0.0.0.0:4222", f"listen: 127.0.0.1:{nodes.ports[name]}")
+    text = re.sub(r"http: [0-9.]+:8222", "http: 127.0.0.1:-1", text)
+    text = text.replace("listen: 0.0.0.0:6222", f"listen: 127.0.0.1:{nodes.cluster_ports[name]}")
+    text = text.replace("/data/jetstream", str(nodes.root / name))
+    for other in nodes.names:
+        text = text.replace(f"{other}:6222", f"127.0.0.1:{nodes.cluster_ports[other]}")
+    return text

@@ -15,11 +15,9 @@ import pytest
 import yaml
 
 from taskq.server import EmbeddedServer, find_binary
-from tests.cluster import Cluster
-from tests.conftest import ROOT
+from tests.cluster import DEPLOY, Cluster, shipped_on_loopback
 from tests.roles import credentials
 
-DEPLOY = ROOT / "deploy"
 CONFIGS = sorted(p for p in DEPLOY.rglob("*.conf") if p.name != "accounts.conf")
 YAMLS = sorted(DEPLOY.rglob("*.yaml"))
 
@@ -139,7 +137,7 @@ async def test_the_secured_deploy_cluster_runs_tasks_on_r3(tmp_path: Path) -> No
 
     shutil.copy(DEPLOY / "nats" / "accounts.conf", tmp_path / "accounts.conf")
     (tmp_path / "cluster").mkdir()
-    nodes = Cluster(tmp_path / "cluster", ["nats-1", "nats-2", "nats-3"], _on_loopback)
+    nodes = Cluster(tmp_path / "cluster", ["nats-1", "nats-2", "nats-3"], shipped_on_loopback)
     try:
         url = nodes.start().url
         await ready(url, user="operator", password="operator-secret")
@@ -161,19 +159,6 @@ async def test_the_secured_deploy_cluster_runs_tasks_on_r3(tmp_path: Path) -> No
             await app.aclose()
     finally:
         nodes.close()
-
-
-def _on_loopback(nodes: Cluster, name: str) -> str:
-    """deploy/nats/cluster/<name>.conf with its addresses moved to loopback and leased
-    ports, its store in the test's directory, monitoring on a port of its own choosing."""
-    text = (DEPLOY / "nats" / "cluster" / f"{name}.conf").read_text()
-    text = text.replace("listen: 0.0.0.0:4222", f"listen: 127.0.0.1:{nodes.ports[name]}")
-    text = re.sub(r"http: [0-9.]+:8222", "http: 127.0.0.1:-1", text)
-    text = text.replace("listen: 0.0.0.0:6222", f"listen: 127.0.0.1:{nodes.cluster_ports[name]}")
-    text = text.replace("/data/jetstream", str(nodes.root / name))
-    for other in nodes.names:
-        text = text.replace(f"{other}:6222", f"127.0.0.1:{nodes.cluster_ports[other]}")
-    return text
 
 
 ROGUE = """
@@ -208,7 +193,7 @@ async def test_a_server_without_the_route_credentials_cannot_join(tmp_path: Path
 
     shutil.copy(DEPLOY / "nats" / "accounts.conf", tmp_path / "accounts.conf")
     (tmp_path / "cluster").mkdir()
-    nodes = Cluster(tmp_path / "cluster", ["nats-1", "nats-2", "nats-3"], _on_loopback)
+    nodes = Cluster(tmp_path / "cluster", ["nats-1", "nats-2", "nats-3"], shipped_on_loopback)
     rogues: list[EmbeddedServer] = []
     try:
         nodes.start()

@@ -1,12 +1,14 @@
 """`taskq doctor` against real servers: an embedded one durable or not, the shipped roles
-of deploy/nats/accounts.conf, a wider-than-shipped worker user, a 3-node cluster, and no
-server at all; the worker's start-up notice about durability; the judging rules alone."""
+of deploy/nats/accounts.conf, a wider-than-shipped worker user, a 3-node cluster, the
+shipped secure single-node config and the shipped secured 3-node cluster, and no server at
+all; the worker's start-up notice about durability; the judging rules alone."""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,9 +26,9 @@ from taskq.doctor.versions import judge_versions, parse_version
 from taskq.ports import lease_port, release_port
 from taskq.server import EmbeddedServer
 from taskq.settings import Settings
-from tests.cluster import Cluster
+from tests.cluster import DEPLOY, Cluster, shipped_on_loopback
 from tests.conftest import ROOT, running_worker, wait_until
-from tests.roles import role_env
+from tests.roles import credentials, role_env
 
 CHECKS = ["servers", "version", "sync", "replicas", "storage", "clock", "tls", "permissions"]
 
@@ -201,6 +203,96 @@ async def test_an_r1_stream_on_a_three_node_cluster_warns(tmp_path: Path, prefix
     assert replicas["status"] == "warn"
     assert f"{prefix.upper()}_Q_DEFAULT R1 on a 3-node cluster" in replicas["detail"]
     assert "TASKQ_REPLICAS=3" in replicas["fix"]
+
+
+def shipped_secure_single(root: Path) -> EmbeddedServer:
+    """deploy/nats/single-secure.conf as shipped, with accounts.conf beside it: its store in
+    `root`, its client and monitoring ports ones the server picks (`--monitor`)."""
+    shutil.copy(DEPLOY / "nats" / "accounts.conf", root / "accounts.conf")
+    text = (DEPLOY / "nats" / "single-secure.conf").read_text()
+    assert 'store_dir: ".taskq/secure-store"' in text and "listen: 127.0.0.1:4222" in text
+    text = text.replace('".taskq/secure-store"', f'"{root / "store"}"')
+    text = text.replace("listen: 127.0.0.1:4222", "listen: 127.0.0.1:-1")
+    assert "http: 127.0.0.1:8222" in text  # monitoring, on loopback only
+    text = text.replace("http: 127.0.0.1:8222", "http: 127.0.0.1:-1")
+    (root / "single-secure.conf").write_text(text)
+    server = EmbeddedServer(
+        store_dir=root / "store",
+        config=str(root / "single-secure.conf"),
+        log_file=root / "server.log",
+    )
+    return server.start()
+
+
+async def test_the_shipped_secure_single_node_passes_as_the_operator(tmp_path: Path) -> None:
+    """deploy/nats/single-secure.conf, checked as its operator with the monitoring URL:
+    every check ok, exit 0, in the JSON report and in the text one."""
+    server = shipped_secure_single(tmp_path)
+    try:
+        await make_a_stream(server.url, "taskq", **credentials("worker"))  # the worker sets up
+        monitor = monitor_of(server)
+        found = report(server.url, "--monitor", monitor, env=role_env("operator"))
+        text = doctor(server.url, "--monitor", monitor, env=role_env("operator"))
+    finally:
+        server.stop()
+    assert {c: found[c]["status"] for c in CHECKS} == dict.fromkeys(CHECKS, "ok"), found
+    assert found["servers"]["detail"] == f"{server.url} (taskq-secure); 1 node"
+    assert found["version"]["detail"].endswith("no known data-loss bug")
+    assert found["sync"]["detail"] == (
+        "sync_interval always on taskq-secure: fsync before every acknowledgement"
+    )
+    assert "R1, on 1 node(s)" in found["replicas"]["detail"]
+    assert "max_file_store" in found["storage"]["detail"]  # read from /varz
+    assert found["tls"]["detail"] == "plain text, authenticated, loopback only"
+    assert found["permissions"]["detail"] == "operator: may do everything probed"
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert [line.split()[:2] for line in lines[:-1]] == [["ok", c] for c in CHECKS]
+    assert lines[-1] == "doctor: 8 ok, 0 warn, 0 fail"
+
+
+async def test_the_shipped_secured_cluster_passes_with_r3_streams(tmp_path: Path) -> None:
+    """deploy/nats/cluster/*.conf as shipped (on loopback, as tests/test_deploy.py starts
+    them), once R3 streams exist: servers, sync and replicas ok with every node's monitoring
+    URL; with one node's only, the sync of the other two is unknown (a warning)."""
+    from tests.cluster import ready
+
+    shutil.copy(DEPLOY / "nats" / "accounts.conf", tmp_path / "accounts.conf")
+    (tmp_path / "cluster").mkdir()
+    nodes = Cluster(tmp_path / "cluster", ["nats-1", "nats-2", "nats-3"], shipped_on_loopback)
+    try:
+        url = nodes.start().url
+        await ready(url, user="operator", password="operator-secret")
+        worker = App(url=url, prefix="taskq", replicas=3, **credentials("worker"))
+
+        @worker.task
+        async def noop() -> None: ...
+
+        try:
+            async with running_worker(worker) as running:
+                await noop.enqueue()  # the queue's streams and the result buckets, R3
+                await wait_until(lambda: running.stats["succeeded"] == 1, timeout=30)
+        finally:
+            await worker.aclose()
+        monitors = [monitor_of(nodes.servers[n]) for n in nodes.names]
+        env = {**role_env("operator"), "TASKQ_REPLICAS": "3"}
+        every = [arg for m in monitors for arg in ("--monitor", m)]
+        found = report(url, *every, env=env)
+        one = report(url, "--monitor", monitors[0], env=env)
+    finally:
+        nodes.close()
+    assert {c: found[c]["status"] for c in CHECKS} == dict.fromkeys(CHECKS, "ok"), found
+    servers = found["servers"]["detail"]
+    assert servers.endswith("; cluster taskq of 3 nodes"), servers
+    assert all(f"({name})" in servers for name in nodes.names)
+    assert found["sync"]["detail"] == (
+        "sync_interval always on nats-1, nats-2, nats-3: fsync before every acknowledgement"
+    )
+    assert found["replicas"]["detail"].endswith("stream(s), R3, on 3 node(s)")
+    assert found["tls"]["detail"] == "plain text, authenticated, loopback only"
+    assert one["sync"]["status"] == "warn"
+    assert one["sync"]["detail"] == "sync_interval always on nats-1; 2 of 3 nodes not read"
+    assert one["replicas"]["status"] == "ok"
 
 
 def test_no_server_is_one_line_and_exit_1() -> None:
