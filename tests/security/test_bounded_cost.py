@@ -9,6 +9,7 @@ import json
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,15 +27,27 @@ def monitored(tmp_path: Path) -> Iterator[EmbeddedServer]:
     server.stop()
 
 
-def api_requests(server: EmbeddedServer) -> int:
+def _monitor(server: EmbeddedServer, endpoint: str) -> dict[str, Any]:
     port = server.port_of("monitoring")
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/jsz", timeout=10) as answer:
-        return int(json.loads(answer.read())["api"]["total"])
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/{endpoint}", timeout=10) as answer:
+        found: dict[str, Any] = json.loads(answer.read())
+        return found
+
+
+def cost_so_far(server: EmbeddedServer) -> tuple[int, int]:
+    """JetStream API requests the server answered (`/jsz`; a direct get is not one), and
+    messages it delivered to its clients (`/connz` out_msgs, summed: this test's app is the
+    server's only client): every message a read of the backlog brings back counts there."""
+    requests = int(_monitor(server, "jsz")["api"]["total"])
+    connections = _monitor(server, "connz?limit=1024")["connections"] or []
+    return requests, sum(int(c["out_msgs"]) for c in connections)
 
 
 async def test_cancelling_an_unknown_id_costs_the_same_whatever_the_backlog(
     monitored: EmbeddedServer,
 ) -> None:
+    """A cancel of an id nobody knows, with 0 tasks waiting and then 3,000: the same number
+    of API requests and the same number of messages delivered to the cancelling client."""
     app = App(url=monitored.url, prefix="cost")
 
     @app.task
@@ -42,14 +55,22 @@ async def test_cancelling_an_unknown_id_costs_the_same_whatever_the_backlog(
 
     try:
         await cancel(app, "warm-up")  # the first cancel also sets up the cancels bucket
+        await work.enqueue_many(range(1))  # the queue stream exists from here on
+        await app.purge_queue("default")
         costs = []
-        for more in (30, 2970):  # 30 waiting, then 3,000
-            await work.enqueue_many(range(more))
-            before = api_requests(monitored)
-            report = await cancel(app, f"no-such-task-{more}")
-            costs.append(api_requests(monitored) - before)
+        for waiting in (0, 3000):
+            await work.enqueue_many(range(waiting))
+            client = await app.client()
+            state = await client.connection.streams.state(app.names.queue_stream("default"))
+            assert state.messages == waiting
+            before = cost_so_far(monitored)
+            report = await cancel(app, f"no-such-task-{waiting:04}")
+            after = cost_so_far(monitored)
+            costs.append((after[0] - before[0], after[1] - before[1]))
             assert report.outcome == UNKNOWN
-        assert costs[0] == costs[1], costs  # a backlog scan would read 100 times more
+        # a backlog scan would bring back 3,000 more messages (a few more requests, if any)
+        assert costs[0] == costs[1], costs
+        assert costs[0][1] > 0, costs  # the count sees the cancel's own replies
     finally:
         await app.aclose()
 

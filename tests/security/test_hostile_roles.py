@@ -160,6 +160,51 @@ async def test_a_producer_cannot_roll_a_queue_up(waiting: App) -> None:
     assert timers.messages == 1  # and the delayed task's schedule
 
 
+# the LIMITS stream's subjects a producer may publish to (its unique/throttle/debounce records)
+PRODUCER_LIMIT_RECORDS = ["unique", "throttle", "debounce"]
+
+
+async def test_a_producer_cannot_roll_up_the_limits_stream(
+    secure_server: EmbeddedServer,
+) -> None:
+    """A producer may write its own gate records in the LIMITS stream; a roll-up there
+    would purge every other record (slots, rate windows, declared limits, others' unique
+    windows). The stream allows none: refused, and every record is still there."""
+    operator, producer, worker_app = (
+        role(secure_server, u) for u in ("operator", "producer", "worker")
+    )
+    for app in (producer, worker_app):
+
+        @app.task(name="metered", queue="metered", rate_limit="100/h")
+        async def metered(n: int) -> int:
+            return n
+
+    try:
+        async with running_worker(worker_app, queues=["metered"]):  # declares its limit
+            once = producer.tasks["metered"].options(unique_for=3600)
+            await (await once.enqueue(1)).result(timeout=20)  # a unique window, a rate window
+        stream, names = operator.names.limits_stream, operator.names
+        broker = (await operator.client()).connection
+        mine = names.limit_subject("*", "*", "metered")  # not other tests' (they may expire)
+        before = (await broker.streams.state(stream, subjects_filter=mine)).subjects
+        kinds = {subject.split(".")[2] for subject in before}
+        assert {"decl", "rate", "unique"} <= kinds, before  # records of others, to lose
+        async with Hostile(secure_server.url, "producer") as hostile:
+            js = hostile.nc.jetstream()
+            for kind in PRODUCER_LIMIT_RECORDS:
+                for rollup in ("all", "sub"):
+                    subject = names.limit_subject(kind, "hostile", "metered")
+                    with pytest.raises(APIError) as refused:
+                        await js.publish(subject, b"{}", headers={"Nats-Rollup": rollup})
+                    assert "rollup" in str(refused.value).lower(), (kind, rollup)
+        after = (await broker.streams.state(stream, subjects_filter=mine)).subjects
+        assert after == before  # every record survives, and no hostile one was stored
+    finally:
+        await operator.purge_queue("metered")
+        for app in (operator, producer, worker_app):
+            await app.aclose()
+
+
 WORKER_MAY_NOT_SUBSCRIBE = ["_INBOX.>", "_INBOX_producer.>", ">"]
 WORKER_MAY_NOT_PUBLISH = [
     "$JS.API.STREAM.UPDATE.TASKQ_DLQ",  # cutting the DLQ's limits
