@@ -42,12 +42,60 @@ async def run_sweeper(client: Client, stopping: asyncio.Event) -> None:
         while not stopping.is_set():
             try:
                 async for advisory in puller.stream(16, 1.0):
-                    await sweep_one(client, advisory)
+                    await _sweep_guarded(client, advisory)
             except TaskqError as exc:
                 log.warning("sweeper: %s", exc)
                 await asyncio.sleep(1.0)
+            except Exception:  # every worker's sweeper shares the consumer: never end one
+                log.exception("sweeper: unexpected error; going on")
+                await asyncio.sleep(1.0)
     finally:
         await puller.close()
+
+
+# An advisory whose handling raised an untyped exception: our code failing on that message
+# (errors of the broker are typed TaskqErrors, which leave it to come back after ack_wait,
+# as a server refusing or gone is expected to pass). One more try after a pause covers a
+# passing fault; after GIVE_UP_AFTER deliveries it is terminated rather than NAKed again:
+# the same input fails the same way, and retrying it forever would only log the same
+# traceback forever. The log names the message, left in its stream, for an operator.
+GIVE_UP_AFTER = 3
+RETRY_DELAY = 30.0
+
+
+async def _sweep_guarded(client: Client, advisory: Delivery) -> None:
+    """`sweep_one`, settling the advisory (see above) when it raises anything untyped."""
+    try:
+        await sweep_one(client, advisory)
+    except TaskqError:
+        raise
+    except Exception as exc:
+        where = _pointed_at(advisory.data)
+        if advisory.num_delivered < GIVE_UP_AFTER:
+            log.exception(
+                "sweeper: moving %s into the DLQ failed (advisory delivery %d); retrying in %gs",
+                where,
+                advisory.num_delivered,
+                RETRY_DELAY,
+            )
+            await advisory.nak(RETRY_DELAY)
+            return
+        log.exception(
+            "sweeper: moving %s into the DLQ failed %d times; giving up on it: the message "
+            "stays in its stream, not delivered again (inspect it with `nats stream get`)",
+            where,
+            advisory.num_delivered,
+        )
+        await advisory.term(f"sweeper: {type(exc).__name__}")
+
+
+def _pointed_at(data: bytes) -> str:
+    """`stream STREAM seq N` of an advisory, for the log (what the sweeper could read)."""
+    try:
+        event = json.loads(data)
+        return f"stream {event['stream']} seq {event['stream_seq']}"
+    except (ValueError, KeyError, TypeError):
+        return "an unreadable advisory"
 
 
 async def sweep_one(client: Client, advisory: Delivery) -> None:

@@ -129,24 +129,46 @@ def decode(
 def _json_object(data: bytes) -> dict[str, Any]:
     try:
         raw = from_json(data)  # a third of json.loads's time; its errors said below
-    except ValueError:
-        raw = _slow_json(data)
+    except ValueError as exc:
+        # Refused even when json.loads would take it: json.loads is laxer than the parser
+        # whose serializer writes the task back (its result, its dead letter). What only
+        # json.loads takes (a lone surrogate escape, nesting past 201 levels) cannot be
+        # written back: such a body was accepted, then every settle failed writing its
+        # record and the message came back until max_deliver (and broke the sweeper).
+        raise _refusal(data, exc) from None
     if not isinstance(raw, dict):
         raise DecodeError(f"body is JSON {type(raw).__name__}, not an object")
     return raw
 
 
-def _slow_json(data: bytes) -> Any:
-    """The body parsed by the json module, or the DecodeError saying what is wrong with it."""
+def _refusal(data: bytes, error: ValueError) -> DecodeError:
+    """The DecodeError for a body pydantic-core refused, saying why (json's errors read
+    better than its own)."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise DecodeError(f"body is not UTF-8: {exc.reason} at byte {exc.start}") from None
+        return DecodeError(f"body is not UTF-8: {exc.reason} at byte {exc.start}")
     try:
         raw = json.loads(text)
     except (ValueError, RecursionError) as exc:
-        raise DecodeError(f"body is not JSON: {str(exc)[:200]}") from None
-    return raw
+        return DecodeError(f"body is not JSON: {str(exc)[:200]}")
+    if not _utf8_encodable(raw):
+        return DecodeError(
+            "body has a string with a lone surrogate escape (\\ud800-\\udfff unpaired): "
+            "not text, it has no UTF-8 encoding"
+        )
+    return DecodeError(f"body is JSON taskq cannot carry: {str(error)[:200]}")
+
+
+def _utf8_encodable(raw: Any) -> bool:
+    """False when a string in `raw` (a key or a value, at any depth) has no UTF-8 encoding."""
+    try:
+        json.dumps(raw, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    except RecursionError:
+        return True  # too deep to look through: pydantic-core's own reason is given
+    return True
 
 
 def _check_version(raw: dict[str, Any]) -> None:

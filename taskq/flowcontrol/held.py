@@ -27,14 +27,17 @@ at once: it never fires.
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 
 from taskq.client import Client
 from taskq.envelope import MSG_ID
+from taskq.errors import UnsafeName
 from taskq.flowcontrol.keys import task_token, token
 from taskq.flowcontrol.store import ensure_limits
 from taskq.ids import safe_id
 from taskq.nats import Delivery, StoredMessage
+from taskq.nats.outbound import check
 from taskq.nats.records import TTL
 from taskq.retrying import retry_transient
 from taskq.schedules import SCHEDULE, TARGET, at_expression, delayed_name
@@ -46,6 +49,8 @@ PARK = "Taskq-Park"  # a parked task's token: of its copies (woken, fired) only 
 SLOT_HINT = "Taskq-Slot-Hint"  # on a woken copy: the slot just released, tried first
 FIRED = "Taskq-Fired"  # on a task a schedule fired: its timer stream's sequence
 HELD_ROOT = "held"
+
+log = logging.getLogger("taskq.worker")
 
 
 def group(kind: str, key: str, task: str) -> str:
@@ -169,10 +174,50 @@ def commit_id(task_id: str, stream: str, seq: int, delivery: int) -> str:
 
 def carried(headers: dict[str, str] | None) -> dict[str, str]:
     """The headers a held copy keeps: the task's own (trace context, Taskq-*), not the
-    server's (message id, schedule bookkeeping, TTL)."""
+    server's (message id, schedule bookkeeping, TTL), and none that taskq may not send.
+
+    The server passes on header values with a bare CR or LF from a raw publish (nats-py
+    keeps them); copied, they made the outbound check refuse every held copy, hand-back and
+    fired copy of the task, which then never ran. Dropped instead: the task goes on as if
+    that header had not been sent."""
     if not headers:
         return {}
-    return {k: v for k, v in headers.items() if not k.startswith("Nats-")}
+    kept: dict[str, str] = {}
+    for name, value in headers.items():
+        if name.startswith("Nats-"):
+            continue
+        if _sendable(name, value):
+            kept[name] = value
+        else:
+            _dropped(name, value)
+    return kept
+
+
+def _sendable(name: str, value: str) -> bool:
+    """The outbound last-line check's own verdict on one header (one definition of safe);
+    the subject is a fixed valid one, so only the header decides."""
+    try:
+        check("_", {name: value})
+    except UnsafeName:
+        return False
+    return True
+
+
+_DROPS_SHOWN = 64  # header names warned about, per process: a hostile producer's names vary
+_dropped_names: set[str] = set()
+
+
+def _dropped(name: str, value: str) -> None:
+    """Warn once per header name that its value was dropped (it may come on every task)."""
+    if name in _dropped_names or len(_dropped_names) >= _DROPS_SHOWN:
+        return
+    _dropped_names.add(name)
+    log.warning(
+        "dropping header %.40r = %.60r from a task's copies: NATS cannot carry it "
+        "(a line break or NUL); further drops of this header are not logged",
+        name,
+        value,
+    )
 
 
 async def claim(client: Client, d: Delivery, token: str, task: str) -> bool:

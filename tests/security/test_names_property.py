@@ -158,13 +158,23 @@ def fits_every_place(task_id: str) -> None:
 def bodies(raw: bytes) -> list[tuple[bytes, bool]]:
     """Task bodies whose `id` is `raw`: as raw bytes in the JSON string, and as JSON escapes
     of `raw` read as UTF-8 (undecodable bytes as lone surrogates) and as UTF-16 (lone
-    surrogates); with whether the body must decode (its JSON is valid)."""
+    surrogates); with whether the body must decode: its JSON is valid and every string in
+    it is text (a lone surrogate is refused: no record could be written of it)."""
+    as_utf8 = raw.decode("utf-8", "surrogateescape")
     as_utf16 = raw[: len(raw) // 2 * 2].decode("utf-16-le", "surrogatepass")
     return [
         (b'{"args": [], "id": "' + raw + b'"}', False),
-        (json.dumps({"args": [], "id": raw.decode("utf-8", "surrogateescape")}).encode(), True),
-        (json.dumps({"args": [], "id": as_utf16}).encode(), True),
+        (json.dumps({"args": [], "id": as_utf8}).encode(), _is_text(as_utf8)),
+        (json.dumps({"args": [], "id": as_utf16}).encode(), _is_text(as_utf16)),
     ]
+
+
+def _is_text(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate
+        return False
+    return True
 
 
 @settings(max_examples=400, deadline=None)
