@@ -206,6 +206,10 @@ class App:
             )
         self._declared[name] = partitions
 
+    def declared_queues(self) -> dict[str, int]:
+        """Queues whose layout the code declares, with their partitions (a copy)."""
+        return dict(self._declared)
+
     def handle(self, task_id: str, task: str = "", queue: str = "") -> TaskHandle:
         """A handle for a task id seen elsewhere (a log line, another process)."""
         return TaskHandle(task_id, task, queue, 0, False, self)

@@ -79,6 +79,18 @@ class PermissionDenied(BrokerError):
     """The connected user is not allowed to publish or subscribe on a subject."""
 
 
+class NotProvisioned(PermissionDenied):
+    """A stream, consumer or bucket taskq needs does not exist, and the connected user may
+    not create it (the shipped worker role: an operator provisions with `taskq provision`)."""
+
+    def __init__(self, kind: str, name: str) -> None:
+        self.kind, self.name = kind, name
+        super().__init__(
+            f"{kind} {name} does not exist and this NATS user may not create it: provision "
+            "it with an operator's credentials (`taskq provision MODULE:APP`)"
+        )
+
+
 class NotFound(BrokerError):
     """A stream, consumer or message that does not exist."""
 

@@ -41,3 +41,20 @@ def role(server: EmbeddedServer, user: str, **settings: Any) -> App:
 def role_env(user: str) -> dict[str, str]:
     """The environment a CLI command (or dashboard) runs with as role `user`."""
     return {f"TASKQ_{k.upper()}": v for k, v in credentials(user).items()}
+
+
+async def provisioned(url: str, app: App, queues: list[str] | None = None, **settings: Any) -> None:
+    """What `taskq provision` does, as the shipped operator on the server at `url`, for
+    `app`'s tasks and queues: the shipped worker role may not create streams or consumers."""
+    from taskq.workers.provision import provision
+
+    operator = App(
+        url=url, prefix="taskq", max_deliver_floor=20, **credentials("operator"), **settings
+    )
+    for queue, partitions in app.declared_queues().items():
+        operator.declare_queue(queue, partitions=partitions)
+    try:
+        chosen = queues or app.queues() or ["default"]
+        await provision(app, await operator.client(), chosen)
+    finally:
+        await operator.aclose()

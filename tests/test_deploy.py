@@ -130,10 +130,12 @@ def test_compose_mounts_keep_the_include_paths() -> None:
 
 async def test_the_secured_deploy_cluster_runs_tasks_on_r3(tmp_path: Path) -> None:
     """deploy/nats/cluster/*.conf as shipped (with accounts.conf), moved to loopback ports:
-    the worker role sets up R3 streams and runs what the producer role enqueues."""
+    the operator provisions R3 streams, the worker role runs what the producer role
+    enqueues."""
     from taskq import App
     from tests.cluster import ready
     from tests.conftest import running_worker, wait_until
+    from tests.roles import provisioned
 
     shutil.copy(DEPLOY / "nats" / "accounts.conf", tmp_path / "accounts.conf")
     (tmp_path / "cluster").mkdir()
@@ -148,6 +150,7 @@ async def test_the_secured_deploy_cluster_runs_tasks_on_r3(tmp_path: Path) -> No
             async def double(n: int) -> int:
                 return 2 * n
 
+        await provisioned(url, roles["worker"], replicas=3)
         async with running_worker(roles["worker"]) as worker:
             handle = await roles["producer"].tasks["double"].enqueue(21)
             await wait_until(lambda: worker.stats["succeeded"] == 1, timeout=30)

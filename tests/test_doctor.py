@@ -28,7 +28,7 @@ from taskq.server import EmbeddedServer
 from taskq.settings import Settings
 from tests.cluster import DEPLOY, Cluster, shipped_on_loopback
 from tests.conftest import ROOT, running_worker, wait_until
-from tests.roles import credentials, role_env
+from tests.roles import credentials, provisioned, role_env
 
 CHECKS = ["servers", "version", "sync", "replicas", "storage", "clock", "tls", "permissions"]
 
@@ -132,9 +132,16 @@ def test_each_shipped_role_is_recognised(secure_server: EmbeddedServer) -> None:
     assert worker["status"] == producer["status"] == "ok"
     may, cannot = worker["detail"].split("; cannot ")
     assert may.startswith("worker: may ")
-    for right in ("pull tasks", "write results", "write dead letters", "create streams"):
+    for right in ("pull tasks", "write results", "write dead letters"):
         assert right in may
-    for right in ("delete streams", "purge streams", "read dead letters", "cancel tasks"):
+    for right in (
+        "create streams",  # an operator provisions them (`taskq provision`)
+        "create consumers",
+        "delete streams",
+        "purge streams",
+        "read dead letters",
+        "cancel tasks",
+    ):
         assert right in cannot and right not in may
     may, cannot = producer["detail"].split("; cannot ")
     assert may == "producer: may read stream info, enqueue tasks, read results"
@@ -229,7 +236,7 @@ async def test_the_shipped_secure_single_node_passes_as_the_operator(tmp_path: P
     every check ok, exit 0, in the JSON report and in the text one."""
     server = shipped_secure_single(tmp_path)
     try:
-        await make_a_stream(server.url, "taskq", **credentials("worker"))  # the worker sets up
+        await make_a_stream(server.url, "taskq", **credentials("operator"))  # provisioned
         monitor = monitor_of(server)
         found = report(server.url, "--monitor", monitor, env=role_env("operator"))
         text = doctor(server.url, "--monitor", monitor, env=role_env("operator"))
@@ -269,8 +276,9 @@ async def test_the_shipped_secured_cluster_passes_with_r3_streams(tmp_path: Path
         async def noop() -> None: ...
 
         try:
+            await provisioned(url, worker, replicas=3)  # the queue's streams and buckets, R3
             async with running_worker(worker) as running:
-                await noop.enqueue()  # the queue's streams and the result buckets, R3
+                await noop.enqueue()
                 await wait_until(lambda: running.stats["succeeded"] == 1, timeout=30)
         finally:
             await worker.aclose()

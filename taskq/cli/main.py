@@ -21,6 +21,7 @@ from taskq.cli.enqueue import enqueue
 from taskq.cli.exporter import exporter
 from taskq.cli.keys import new_key_command
 from taskq.cli.limits import limits
+from taskq.cli.provision import provision
 from taskq.cli.queues import queues
 from taskq.cli.results import result
 from taskq.cli.schedules import schedules
@@ -76,6 +77,7 @@ cli.add_command(dashboard)
 cli.add_command(exporter)
 cli.add_command(new_key_command)
 cli.add_command(doctor)
+cli.add_command(provision)
 
 
 def main(argv: list[str] | None = None) -> None:

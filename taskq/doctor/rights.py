@@ -44,15 +44,13 @@ def _probe(names: Names) -> str:
 def _working(names: Names) -> list[Right]:
     probe, p, kv = _probe(names), names.prefix, names.results_bucket
     last_result = {"last_by_subj": f"$KV.{kv}.doctor-probe"}
-    consumer = {"stream_name": probe, "config": {"durable_name": "doctor"}}
-    contradicting = {"name": f"{probe}_ELSE", "subjects": [f"{p}.doctor-probe"]}
+    pull = {"batch": 1, "no_wait": True}
     return [
         Right("stream_info", "read stream info", "api", f"STREAM.INFO.{probe}"),
         Right("enqueue", "enqueue tasks", "pub", f"{p}.q.doctor-probe.doctor"),
         Right("read_results", "read results", "api", f"STREAM.MSG.GET.KV_{kv}", last_result),
-        Right("pull_tasks", "pull tasks", "api", f"CONSUMER.CREATE.{probe}.doctor", consumer),
+        Right("pull_tasks", "pull tasks", "api", f"CONSUMER.MSG.NEXT.{probe}.doctor", pull),
         Right("consumer_info", "read consumer state", "api", f"CONSUMER.INFO.{probe}.doctor"),
-        Right("create_streams", "create streams", "api", f"STREAM.CREATE.{probe}", contradicting),
         Right("write_results", "write results", "pub", f"$KV.{kv}.doctor-probe"),
         Right("write_dead_letters", "write dead letters", "pub", f"{p}.dlq.doctor-probe.doctor"),
         Right("write_schedules", "write schedules", "pub", f"{p}.s.doctor-probe.doctor"),
@@ -63,7 +61,17 @@ def _operating(names: Names) -> list[Right]:
     probe, p, dlq = _probe(names), names.prefix, names.dlq_stream
     config = {"name": probe, "subjects": [f"{p}.doctor-probe"]}
     no_dead_letter = {"last_by_subj": f"{p}.dlq.doctor-probe.doctor"}
+    consumer = {"stream_name": probe, "config": {"durable_name": "doctor"}}
+    contradicting = {"name": f"{probe}_ELSE", "subjects": [f"{p}.doctor-probe"]}
     return [
+        Right("create_streams", "create streams", "api", f"STREAM.CREATE.{probe}", contradicting),
+        Right(
+            "create_consumers",
+            "create consumers",
+            "api",
+            f"CONSUMER.CREATE.{probe}.doctor",
+            consumer,
+        ),
         Right("update_streams", "update streams", "api", f"STREAM.UPDATE.{probe}", config),
         Right("delete_streams", "delete streams", "api", f"STREAM.DELETE.{probe}"),
         Right("purge_queues", "purge streams", "api", f"STREAM.PURGE.{probe}"),
@@ -89,7 +97,6 @@ PRODUCER = frozenset({"stream_info", "enqueue", "read_results"})
 WORKER = PRODUCER | {
     "pull_tasks",
     "consumer_info",
-    "create_streams",
     "write_results",
     "write_dead_letters",
     "write_schedules",

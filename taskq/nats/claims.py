@@ -94,6 +94,13 @@ class Claims:
         await self._objects.put(bucket, claim.name, body, self._replicas, ttl=ttl, raw=True)
         return claim.reference()
 
+    async def provision(self) -> tuple[str, str]:
+        """Create both buckets as their first use would (task bodies; result bodies,
+        expiring with the results), for workers that may not create them."""
+        await self._objects.ensure(self._blobs, self._replicas)
+        await self._objects.ensure(self._kv_blobs, self._replicas, self._results_ttl)
+        return self._blobs, self._kv_blobs
+
     async def check_out(self, reference: bytes, place: Place | None) -> tuple[Claim, bytes]:
         """The claim and the body it stands for, as stored (still sealed, if it was), when
         the reference is this place's own; DecodeError (reading nothing) otherwise."""

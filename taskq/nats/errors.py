@@ -9,9 +9,10 @@ right after a violation is reported as the PermissionDenied it really is.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import nats.errors
 import nats.js.errors
@@ -76,6 +77,16 @@ class Guard:
     def expect(self, subject: str) -> None:
         """A probe is about to try `subject`: a refusal of it is an answer, not a problem."""
         self._expected.add(subject)
+
+    @contextlib.contextmanager
+    def refusal_expected(self, *subjects: str) -> Iterator[None]:
+        """Requests to `subjects` the caller turns into its own error when refused (a
+        create the user may not make: NotProvisioned): not logged as a problem."""
+        self._expected.update(subjects)
+        try:
+            yield
+        finally:
+            self._expected.difference_update(subjects)
 
     def expected(self, text: str) -> bool:
         """Whether a violation's text is about a subject being probed (nats-py hands the

@@ -20,7 +20,7 @@ from nats.js.errors import (
     NoKeysError,
 )
 
-from taskq.errors import NotFound, TaskqError
+from taskq.errors import NotFound, NotProvisioned, PermissionDenied, TaskqError
 from taskq.nats.errors import STREAM_NAME_IN_USE, Guard
 from taskq.nats.messages import Messages
 from taskq.nats.types import KVEntry, PubAck, StoredMessage
@@ -61,7 +61,9 @@ class KeyValue:
         self._direct: set[str] = set()  # buckets known to answer batched direct gets
 
     async def ensure(self, spec: BucketSpec) -> None:
-        """Create a bucket (file storage, TTL, history) unless it exists."""
+        """Create a bucket (file storage, TTL, history) unless it exists; a user that may
+        not create it (readers, the shipped worker role) is told in one line when it is
+        missing (`NotProvisioned`)."""
         if spec.name in self._buckets:  # checked once per connection, not per use
             return
         config = api.KeyValueConfig(
@@ -72,18 +74,24 @@ class KeyValue:
             storage=api.StorageType.FILE,
             direct=spec.direct,
         )
-        with self._guard:
-            try:  # look first: readers (producers) may not have the right to create
-                self._buckets[spec.name] = await self._js.key_value(spec.name)
-                return
-            except BucketNotFoundError:
-                pass
-            try:
-                self._buckets[spec.name] = await self._js.create_key_value(config)
-            except BadRequestError as exc:
-                if exc.err_code != STREAM_NAME_IN_USE:
-                    raise
-                self._buckets[spec.name] = await self._js.key_value(spec.name)
+        creating = False
+        try:
+            with self._guard, self._guard.refusal_expected(f"$JS.API.STREAM.CREATE.KV_{spec.name}"):
+                try:  # look first: readers (producers) may not have the right to create
+                    self._buckets[spec.name] = await self._js.key_value(spec.name)
+                    return
+                except BucketNotFoundError:
+                    creating = True
+                try:
+                    self._buckets[spec.name] = await self._js.create_key_value(config)
+                except BadRequestError as exc:
+                    if exc.err_code != STREAM_NAME_IN_USE:
+                        raise
+                    self._buckets[spec.name] = await self._js.key_value(spec.name)
+        except PermissionDenied:
+            if not creating:
+                raise
+            raise NotProvisioned("bucket", spec.name) from None
 
     async def put(self, bucket: str, key: str, value: bytes) -> int:
         """Store `value` under `key`; returns the revision (pipelined, no wait_for task)."""

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 from nats.js import JetStreamContext, api
 from nats.js.errors import BucketNotFoundError
 
-from taskq.errors import BrokerError, NotFound
+from taskq.errors import BrokerError, NotFound, NotProvisioned, PermissionDenied
 from taskq.nats.errors import Guard
 from taskq.places import object_context
 from taskq.sealing import Sealer
@@ -21,6 +22,25 @@ class Objects:
         self._guard = guard
         self._sealer = sealer  # objects hold users' data (dead letters' originals): sealed
 
+    async def ensure(self, bucket: str, replicas: int = 1, ttl: float | None = None) -> Any:
+        """The bucket's store, created first if it does not exist (its objects expiring
+        after `ttl` seconds if given); `NotProvisioned` when this user may not create it."""
+        creating = False
+        try:
+            with self._guard, self._guard.refusal_expected(f"$JS.API.STREAM.CREATE.OBJ_{bucket}"):
+                try:
+                    return await self._js.object_store(bucket)
+                except BucketNotFoundError:
+                    creating = True
+                config = api.ObjectStoreConfig(
+                    replicas=replicas, storage=api.StorageType.FILE, ttl=ttl
+                )
+                return await self._js.create_object_store(bucket, config)
+        except PermissionDenied:
+            if not creating:
+                raise
+            raise NotProvisioned("object store", bucket) from None
+
     async def put(
         self,
         bucket: str,
@@ -31,16 +51,10 @@ class Objects:
         ttl: float | None = None,
         raw: bool = False,
     ) -> None:
-        """Store `data` under `name` in a bucket (created on first use, its objects
-        expiring after `ttl` seconds if given); sealed unless `raw` (sealed already)."""
+        """Store `data` under `name` in a bucket (created on first use); sealed unless
+        `raw` (sealed already)."""
+        store = await self.ensure(bucket, replicas, ttl)
         with self._guard:
-            try:
-                store = await self._js.object_store(bucket)
-            except BucketNotFoundError:
-                config = api.ObjectStoreConfig(
-                    replicas=replicas, storage=api.StorageType.FILE, ttl=ttl
-                )
-                store = await self._js.create_object_store(bucket, config)
             await store.put(
                 name, data if raw else self._sealer.seal(data, object_context(bucket, name))
             )

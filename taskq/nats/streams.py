@@ -10,7 +10,7 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext, api
 from nats.js.errors import BadRequestError
 
-from taskq.errors import NotFound, PermissionDenied
+from taskq.errors import NotFound, NotProvisioned, PermissionDenied
 from taskq.nats import raw
 from taskq.nats.errors import (
     CONSUMER_EXISTS,
@@ -36,22 +36,46 @@ class Streams:
 
     async def ensure(self, spec: StreamSpec) -> None:
         """Create the stream, or update it when its config drifted from `spec`. Settings
-        the server cannot turn off once on (message schedules, message TTLs) stay on."""
+        the server cannot turn off once on (message schedules, message TTLs) stay on.
+
+        It looks first, so a user without the right to create streams (the shipped worker
+        role) goes on with streams an operator provisioned, and is told in one line
+        (`NotProvisioned`) when one is missing."""
         config = stream_config(spec)
-        with self._guard:
-            try:
-                await self._js.add_stream(config)
+        old = await self._config_of(spec.name)
+        if old is None:
+            old = await self._create(spec.name, config)
+            if old is None:
                 return
-            except BadRequestError as exc:
-                if exc.err_code != STREAM_NAME_IN_USE:
-                    raise
-            old = (await self._js.stream_info(spec.name)).config
-            config.allow_msg_ttl = config.allow_msg_ttl or old.allow_msg_ttl or None
-            if old.allow_msg_schedules and not config.allow_msg_schedules:
-                config.allow_msg_schedules = True
-                _warn_schedules_stay(spec.name)
-            if _drifted(config, old):  # only then: a worker's role may not update streams
-                await self._update(spec.name, config)
+        config.allow_msg_ttl = config.allow_msg_ttl or old.allow_msg_ttl or None
+        if old.allow_msg_schedules and not config.allow_msg_schedules:
+            config.allow_msg_schedules = True
+            _warn_schedules_stay(spec.name)
+        if config.allow_msg_schedules:  # the server turns roll-ups on with schedules
+            config.allow_rollup_hdrs = old.allow_rollup_hdrs
+        if _drifted(config, old):  # only then: a worker's role may not update streams
+            await self._update(spec.name, config)
+
+    async def _config_of(self, name: str) -> api.StreamConfig | None:
+        try:
+            return (await patiently(lambda: self._info(name))).config
+        except NotFound:
+            return None
+
+    async def _create(self, name: str, config: api.StreamConfig) -> api.StreamConfig | None:
+        """Create the stream; None once created, or the config of the stream another
+        process created meanwhile (to compare with ours)."""
+        try:
+            with self._guard, self._guard.refusal_expected(f"$JS.API.STREAM.CREATE.{name}"):
+                try:
+                    await self._js.add_stream(config)
+                    return None
+                except BadRequestError as exc:
+                    if exc.err_code != STREAM_NAME_IN_USE:
+                        raise
+        except PermissionDenied:
+            raise NotProvisioned("stream", name) from None
+        return (await self._info(name)).config
 
     async def _update(self, name: str, config: api.StreamConfig) -> None:
         """Apply a changed config; a role that may not (a worker's: docs/security.md) warns
@@ -62,19 +86,49 @@ class Streams:
         except PermissionDenied:
             log.warning(
                 "stream %s differs from this process's settings, and its NATS user may not "
-                "change it: run once with an operator's credentials to apply them",
+                "change it: run `taskq provision` with an operator's credentials to apply them",
                 name,
             )
 
     async def ensure_consumer(self, spec: ConsumerSpec) -> None:
-        """Create or update a durable consumer with the whole intended config.
+        """Create a durable consumer, or update it with the whole intended config when it
+        differs; a consumer as intended is left alone (a user without the right to create
+        consumers, the shipped worker role, uses what an operator provisioned).
 
         An update leaves a pause in place: the config sent has no `pause_until`, and
         nats-server keeps the consumer's own then (measured on 2.15.1; a worker starting on
         a paused queue must not resume it, tests/test_queue_control.py).
         """
-        with self._guard:
-            await self._js.add_consumer(spec.stream, consumer_config(spec))
+        config = consumer_config(spec)
+        old = await self._consumer_config(spec.stream, spec.durable)
+        if old is not None and not _drifted(config, old):
+            return
+        try:
+            with self._guard, self._guard.refusal_expected(*_create_subjects(spec)):
+                await self._js.add_consumer(spec.stream, config)
+        except PermissionDenied:
+            if old is None:
+                raise NotProvisioned("consumer", f"{spec.stream} {spec.durable}") from None
+            log.warning(
+                "consumer %s of stream %s differs from this process's settings, and its NATS "
+                "user may not change it: run `taskq provision` with an operator's credentials",
+                spec.durable,
+                spec.stream,
+            )
+
+    async def _consumer_config(self, stream: str, durable: str) -> api.ConsumerConfig | None:
+        try:
+            return (await self._consumer_info(stream, durable)).config
+        except NotFound:
+            return None
+
+    async def _consumer_info(self, stream: str, durable: str) -> api.ConsumerInfo:
+        async def read() -> api.ConsumerInfo:
+            with self._guard:
+                info: api.ConsumerInfo = await self._js.consumer_info(stream, durable)
+            return info
+
+        return await patiently(read)
 
     async def create_consumer(self, spec: ConsumerSpec, paused_until: datetime | None) -> None:
         """Create a durable consumer (paused until `paused_until`) only if it does not exist.
@@ -82,12 +136,18 @@ class Streams:
         Unlike `ensure_consumer` an existing consumer is left as it is: the workers' config
         (ack_wait, max_deliver from their tasks) must not be replaced by a guess.
         """
+        if await self._consumer_config(spec.stream, spec.durable) is not None:
+            return
         config = consumer_config(spec).as_dict()
         if paused_until is not None:
             config["pause_until"] = rfc3339(paused_until)
         body = {"stream_name": spec.stream, "config": config, "action": "create"}
         what = f"CONSUMER.CREATE.{spec.stream}.{spec.durable}"
-        reply = await patiently(lambda: raw.request(self._nc, self._guard, what, body))
+        try:
+            with self._guard.refusal_expected(f"$JS.API.{what}"):
+                reply = await patiently(lambda: raw.request(self._nc, self._guard, what, body))
+        except PermissionDenied:
+            raise NotProvisioned("consumer", f"{spec.stream} {spec.durable}") from None
         error = reply_error(reply, "consumer create")
         if error is not None and error.code != CONSUMER_EXISTS:
             raise error
@@ -142,12 +202,7 @@ class Streams:
         )
 
     async def consumer_state(self, stream: str, durable: str) -> ConsumerState:
-        async def read() -> api.ConsumerInfo:
-            with self._guard:
-                info: api.ConsumerInfo = await self._js.consumer_info(stream, durable)
-            return info
-
-        info = await patiently(read)
+        info = await self._consumer_info(stream, durable)
         return ConsumerState(
             name=durable,
             pending=info.num_pending or 0,
@@ -277,8 +332,18 @@ def consumer_config(spec: ConsumerSpec) -> api.ConsumerConfig:
     )
 
 
-def _drifted(wanted: api.StreamConfig, old: api.StreamConfig) -> bool:
-    """Whether any setting taskq sends differs from the stream's."""
+def _create_subjects(spec: ConsumerSpec) -> tuple[str, ...]:
+    """The subjects nats-py may send a durable consumer's create to (it picks one by the
+    server's version and the filter)."""
+    named = f"$JS.API.CONSUMER.CREATE.{spec.stream}.{spec.durable}"
+    filtered = (f"{named}.{spec.filter_subject}",) if spec.filter_subject else ()
+    return (f"$JS.API.CONSUMER.DURABLE.CREATE.{spec.stream}.{spec.durable}", named, *filtered)
+
+
+def _drifted(
+    wanted: api.StreamConfig | api.ConsumerConfig, old: api.StreamConfig | api.ConsumerConfig
+) -> bool:
+    """Whether any setting taskq sends differs from the stream's (or consumer's)."""
     have = old.as_dict()
     return any(have.get(key) != value for key, value in wanted.as_dict().items())
 

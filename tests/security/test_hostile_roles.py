@@ -18,7 +18,7 @@ from nats.js.errors import APIError
 from taskq import App
 from taskq.server import EmbeddedServer
 from tests.conftest import running_worker, wait_until
-from tests.roles import credentials, role
+from tests.roles import credentials, provisioned, role
 
 
 class Hostile:
@@ -81,6 +81,7 @@ async def waiting(secure_server: EmbeddedServer) -> AsyncIterator[App]:
         async def hold(n: int) -> int:
             return n
 
+    await provisioned(secure_server.url, worker_app, ["default"])
     async with running_worker(worker_app, queues=["default"]) as worker:
         await operator.tasks["hold"].options(countdown=3600).enqueue(0)
         await wait_until(lambda: worker.stats["held"] == 1, timeout=20)
@@ -180,7 +181,8 @@ async def test_a_producer_cannot_roll_up_the_limits_stream(
             return n
 
     try:
-        async with running_worker(worker_app, queues=["metered"]):  # declares its limit
+        await provisioned(secure_server.url, worker_app, ["metered"])  # declares its limit
+        async with running_worker(worker_app, queues=["metered"]):
             once = producer.tasks["metered"].options(unique_for=3600)
             await (await once.enqueue(1)).result(timeout=20)  # a unique window, a rate window
         stream, names = operator.names.limits_stream, operator.names
@@ -221,6 +223,20 @@ WORKER_MAY_NOT_PUBLISH = [
     "$JS.API.CONSUMER.DURABLE.CREATE.TASKQ_DLQ.spy",
     "$JS.API.CONSUMER.PAUSE.TASKQ_Q_DEFAULT.default",  # an operator's right
     "$KV.TASKQ_CANCELS.anything",  # likewise
+    # a stream of its own could source the DLQ (the server checks the name, not the
+    # sources): no stream may be created, nor a KV bucket or object store (streams too)
+    "$JS.API.STREAM.CREATE.TASKQ_SPY",
+    "$JS.API.STREAM.CREATE.KV_TASKQ_SPY",
+    # a queue's consumer updated with `pause_until` pauses the queue: no consumer may be
+    # created or changed on a queue, timer or advisory stream (an operator provisions them)
+    "$JS.API.CONSUMER.CREATE.TASKQ_Q_DEFAULT.default",
+    "$JS.API.CONSUMER.CREATE.TASKQ_Q_DEFAULT.default.taskq.q.default.>",
+    "$JS.API.CONSUMER.DURABLE.CREATE.TASKQ_Q_DEFAULT.default",
+    "$JS.API.CONSUMER.CREATE.TASKQ_Q_DEFAULT",
+    "$JS.API.CONSUMER.CREATE.TASKQ_T_DEFAULT.default-timers",
+    "$JS.API.CONSUMER.CREATE.TASKQ_EVENTS.sweeper",
+    "$JS.API.CONSUMER.DELETE.TASKQ_Q_DEFAULT.default",
+    "$JS.API.CONSUMER.MSG.NEXT.TASKQ_DLQ.spy",
 ]
 
 
@@ -238,6 +254,28 @@ async def test_a_worker_cannot_change_streams_or_touch_dead_letters(
 ) -> None:
     async with Hostile(secure_server.url, "worker") as worker:
         assert await worker.refused_publish(subject, json.dumps({"seq": 1}).encode())
+
+
+async def test_a_worker_cannot_source_the_dlq_nor_pause_its_queue(waiting: App) -> None:
+    """The two ways a worker that may create streams and consumers had past its role: a
+    stream of its own sourcing the dead letters, and its queue's consumer updated with
+    `pause_until`. Both refused; the queue is not paused and no such stream exists."""
+    broker = (await waiting.client()).connection
+    async with Hostile(waiting.settings.url, "worker") as worker:
+        spy = {"name": "TASKQ_SPY", "sources": [{"name": "TASKQ_DLQ"}], "storage": "memory"}
+        with pytest.raises(Exception) as refused:  # the request is never answered
+            await worker.nc.request("$JS.API.STREAM.CREATE.TASKQ_SPY", json.dumps(spy).encode(), 2)
+        assert await worker._violated("publish", "$JS.API.STREAM.CREATE.TASKQ_SPY"), refused
+        state = await broker.streams.consumer_state("TASKQ_Q_DEFAULT", "default")
+        paused = {"stream_name": "TASKQ_Q_DEFAULT", "config": {
+            "durable_name": "default", "ack_policy": "explicit", "ack_wait": 30_000_000_000,
+            "filter_subject": "taskq.q.default.>", "pause_until": "2099-01-01T00:00:00Z",
+        }}  # fmt: skip
+        subject = "$JS.API.CONSUMER.CREATE.TASKQ_Q_DEFAULT.default.taskq.q.default.>"
+        assert await worker.refused_publish(subject, json.dumps(paused).encode())
+    assert await broker.streams.subjects("TASKQ_SPY") is None  # never made
+    after = await broker.streams.consumer_state("TASKQ_Q_DEFAULT", "default")
+    assert not after.paused and after.ack_wait == state.ack_wait
 
 
 async def test_a_worker_cannot_roll_up_the_dlq(waiting: App) -> None:

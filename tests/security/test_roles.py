@@ -14,7 +14,7 @@ from taskq import App, PermissionDenied
 from taskq.registry import list_workers
 from taskq.server import EmbeddedServer
 from tests.conftest import ROOT, running_worker, wait_until
-from tests.roles import ROLES, role
+from tests.roles import ROLES, provisioned, role, role_env
 
 
 async def test_each_role_does_its_job_and_no_more(secure_server: EmbeddedServer) -> None:
@@ -35,7 +35,8 @@ async def test_each_role_does_its_job_and_no_more(secure_server: EmbeddedServer)
             seen.append(n)
             return n
 
-    async with running_worker(worker_app) as worker:  # worker: set-up, consume, settle
+    await provisioned(secure_server.url, worker_app)  # operator: streams and consumers
+    async with running_worker(worker_app) as worker:  # worker: consume, settle
         handle = await producer.tasks["work"].enqueue(7)  # producer: enqueue
         await wait_until(lambda: worker.stats["succeeded"] == 1)
         assert await handle.result(timeout=10) == 7  # producer: read its result
@@ -104,6 +105,34 @@ def test_cli_security_flags_reach_the_connection(secure_server: EmbeddedServer) 
     assert bad.returncode == 1 and "refused the credentials" in bad.stderr
 
 
+def test_a_worker_on_an_unprovisioned_queue_says_so_in_one_line(
+    secure_server: EmbeddedServer,
+) -> None:
+    """The worker role may not create streams or consumers: on a queue no operator
+    provisioned, `taskq worker` stops at once with one line naming what is missing and the
+    command that makes it; after `taskq provision` (as the operator) it starts."""
+    import subprocess
+    import sys
+
+    def taskq(user: str, *args: str, wait: float = 60) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TASKQ_")}
+        env.update(role_env(user), TASKQ_URL=secure_server.url)
+        return subprocess.run(
+            [sys.executable, "-m", "taskq", *args], cwd=ROOT, env=env, capture_output=True,
+            text=True, timeout=wait, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+
+    refused = taskq("worker", "worker", "tests.apps.ledger:app", "-q", "unprovisioned")
+    assert refused.returncode == 1, refused.stderr
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "does not exist and this NATS user may not create it" in lines[0]
+    assert "`taskq provision MODULE:APP`" in lines[0]
+    made = taskq("operator", "provision", "tests.apps.ledger:app", "-q", "unprovisioned")
+    assert made.returncode == 0, made.stderr
+    assert made.stdout.startswith("provisioned queue(s) unprovisioned: ")
+
+
 async def test_the_producer_role_s_every_use_works(secure_server: EmbeddedServer) -> None:
     """Everything a producer does with the shipped role, a worker (its role) running: a
     delayed call, a priority, unique/throttle/debounce, progress, a result too large for
@@ -123,6 +152,7 @@ async def test_the_producer_role_s_every_use_works(secure_server: EmbeddedServer
 
     large_result, echoed = producer.tasks["big"], producer.tasks["echo"]
     try:
+        await provisioned(secure_server.url, worker_app, ["roles"])
         async with running_worker(worker_app, queues=["roles"]):
             handles = [
                 await echoed.options(countdown=1).enqueue("later"),

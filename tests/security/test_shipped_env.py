@@ -7,6 +7,7 @@ TASKQ_INBOX_PREFIX=_INBOX_worker, so the worker role received no replies at all)
 from __future__ import annotations
 
 import base64
+import json
 import os
 import re
 import signal
@@ -134,11 +135,23 @@ def _containers(node: Any) -> Iterator[dict[str, Any]]:
 
 
 ROLE_ENVIRONMENTS = {k: v for k, v in shipped_environments().items() if "TASKQ_USER" in v}
+# each shipped worker and the shipped provisioning step that runs before it (same file)
+WORKERS = {
+    where: next(
+        v
+        for k, v in ROLE_ENVIRONMENTS.items()
+        if k.split(":")[0] == where.split(":")[0] and v["TASKQ_USER"] == "operator"
+    )
+    for where, env in ROLE_ENVIRONMENTS.items()
+    if env["TASKQ_USER"] == "worker"
+}
 
 
 def test_deploy_ships_environments_for_roles() -> None:
-    """The check below has something to check: the compose worker and the k8s worker."""
-    assert {"compose.yaml: worker", "k8s/worker.yaml: Deployment worker"} <= set(
+    """The checks below have something to check: the compose worker and the k8s worker,
+    each with its provisioning step (the operator's: the worker role creates nothing)."""
+    assert set(WORKERS) == {"compose.yaml: worker", "k8s/worker.yaml: Deployment worker"}
+    assert {"compose.yaml: provision", "k8s/worker.yaml: Job provision"} <= set(
         ROLE_ENVIRONMENTS
     ), sorted(ROLE_ENVIRONMENTS)
 
@@ -187,18 +200,30 @@ async def producer(shipped_roles: EmbeddedServer) -> AsyncIterator[Any]:
     await app.aclose()
 
 
-@pytest.mark.parametrize("where", sorted(ROLE_ENVIRONMENTS))
+@pytest.mark.parametrize("where", sorted(WORKERS))
 async def test_a_worker_with_a_shipped_environment_runs_a_task(
     where: str, shipped_roles: EmbeddedServer, producer: Any, tmp_path: Path
 ) -> None:
-    """`taskq worker` with exactly the shipped environment (its URL the test server's, no
-    replicas or Spark master the test does not have) runs what the producer enqueues."""
+    """`taskq provision` then `taskq worker`, each with exactly its shipped environment
+    (its URL the test server's, no replicas or Spark master the test does not have): the
+    worker runs what the producer enqueues."""
     shipped = ROLE_ENVIRONMENTS[where]
     assert shipped["TASKQ_USER"] == "worker", "only a worker environment runs a worker"
     env = {k: v for k, v in os.environ.items() if not k.startswith("TASKQ_")}
     env.update({k: v for k, v in shipped.items() if k not in INFRASTRUCTURE})
     env["TASKQ_URL"] = shipped_roles.url
     env["TASKQ_TEST_LEDGER"] = str(tmp_path / "ledger")
+    # an operator provisions first: the worker role may not create streams or consumers
+    operator = {k: v for k, v in os.environ.items() if not k.startswith("TASKQ_")}
+    operator.update({k: v for k, v in WORKERS[where].items() if k not in INFRASTRUCTURE})
+    operator["TASKQ_URL"] = shipped_roles.url
+    made = subprocess.run(
+        [sys.executable, "-m", "taskq", "provision", "tests.apps.ledger:app", "--json"],
+        cwd=ROOT, env=operator, capture_output=True, text=True, timeout=60,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    assert "TASKQ_Q_DEFAULT default" in json.loads(made.stdout)["consumers"]
     log = tmp_path / "worker.log"
     with open(log, "wb") as out:
         worker = subprocess.Popen(

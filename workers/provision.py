@@ -1,0 +1,83 @@
+"""Provisioning: every stream, consumer and bucket the workers of an app's queues use,
+created ahead by an operator (`taskq provision MODULE:APP`).
+
+The shipped worker role may not create streams or consumers (docs/security.md): a user that
+may create a stream may make one that sources the dead-letter stream and read it there, and
+one that may create a queue's consumer may update it with `pause_until` (the same API
+request), pausing the queue. Such a worker finds what it needs here, goes on with it, and
+names anything missing in one line (`NotProvisioned`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from taskq.app import App
+from taskq.cancels import ensure_cancels
+from taskq.client import Client
+from taskq.flowcontrol.options import DEFAULT_PRIORITY, PRIORITIES
+from taskq.progress import ensure_progress
+from taskq.registry import ensure_workers
+from taskq.topology.specs import events_consumer
+from taskq.workers.setup import QueueSetup, ensure_level, prepare
+from taskq.workflows import ensure_flows
+
+
+@dataclass(frozen=True)
+class Provisioned:
+    """What `provision` made sure of: each queue's streams, the consumers on them, the
+    buckets beside them."""
+
+    queues: list[str]
+    streams: list[str]
+    consumers: list[str]
+    buckets: list[str]
+
+    def to_dict(self) -> dict[str, list[str]]:
+        return {
+            "queues": self.queues,
+            "streams": self.streams,
+            "consumers": self.consumers,
+            "buckets": self.buckets,
+        }
+
+
+async def provision(app: App, client: Client, queues: list[str]) -> Provisioned:
+    """Create (or bring up to date) what a worker of `queues` creates at start-up, plus
+    what it would create later on first use: every priority level's consumer, the dead
+    letter sweeper's consumer, and the workflow, registry, progress, cancel and
+    large-body buckets."""
+    setups = list((await prepare(app, client, queues)).values())
+    for main in [s for s in setups if s.lane is None]:
+        setups += [
+            await ensure_level(app, client, main, level)
+            for level in PRIORITIES
+            if level != DEFAULT_PRIORITY
+        ]
+    names = client.names
+    await client.connection.streams.ensure_consumer(events_consumer(names))
+    for ensure in (ensure_flows, ensure_workers, ensure_progress, ensure_cancels):
+        await ensure(client)
+    blobs = await client.connection.claims.provision()
+    return Provisioned(
+        queues=list(queues),
+        streams=sorted(
+            {s.stream for s in setups}
+            | {names.dlq_stream, names.events_stream, names.limits_stream}
+        ),
+        consumers=sorted(_consumers(setups) | {f"{names.events_stream} {names.events_consumer}"}),
+        buckets=sorted(
+            {
+                names.results_bucket,
+                names.flows_bucket,
+                names.workers_bucket,
+                names.progress_bucket,
+                names.cancels_bucket,
+                *blobs,
+            }
+        ),
+    )
+
+
+def _consumers(setups: list[QueueSetup]) -> set[str]:
+    return {f"{s.stream} {s.durable}" for s in setups}
