@@ -27,7 +27,7 @@ from taskq.errors import (
     ValidationError,
 )
 from taskq.handle import TaskHandle
-from taskq.middleware import Middleware
+from taskq.middleware import Middleware, Settled
 from taskq.task import Signature, Task
 from taskq.workflows import GroupHandle, chain, chord, group
 
@@ -50,6 +50,7 @@ __all__ = [
     "QueueFull",
     "Reject",
     "Retry",
+    "Settled",
     "Signature",
     "StorageFull",
     "Task",

@@ -9,6 +9,7 @@ import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import fields
 from datetime import datetime, timedelta
+from types import MappingProxyType
 from typing import Any, TypeVar, overload
 
 from taskq import queue_control, task_list
@@ -58,7 +59,7 @@ class App:
         self.periodics: dict[str, Periodic] = {}
         self.hooks = Hooks()
         # OpenTelemetry first: outermost, so its spans and counts see what the worker judges
-        self._middleware = Chain([Telemetry(), *middleware])
+        self._middleware = Chain([Telemetry(), *middleware], reserved=TASK_OPTIONS)
         self._declared: dict[str, int] = {}  # queue -> partitions, as declared in code
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Client] = (
             weakref.WeakKeyDictionary()
@@ -160,7 +161,7 @@ class App:
         if task_name in self.tasks:
             raise ConfigError(f"task {task_name!r} is already registered")
         _check_executor(task_name, fn, executor, batch)
-        spec = _spec(task_name, queue, executor, batch, options)
+        spec = _spec(task_name, queue, executor, batch, options, self._middleware.task_options)
         task: Task[Any, Any] = Task(self, fn, spec)
         _check_flow(task, self.settings.duplicate_window)
         self.tasks[task_name] = task
@@ -326,27 +327,50 @@ def _check_flow(task: Task[Any, Any], duplicate_window: float) -> None:
         )
 
 
+_POLICY_FIELDS = frozenset(f.name for f in fields(RetryPolicy))
+_RUN_FIELDS = frozenset(f.name for f in fields(TaskSpec)) - {
+    "name",
+    "queue",
+    "policy",
+    "executor",
+    "batch",
+    "middleware_options",
+}
+# every option `@app.task` takes itself: no middleware may declare one of these
+TASK_OPTIONS = _POLICY_FIELDS | _RUN_FIELDS | {"name", "queue", "executor", "partitions"}
+
+
 def _spec(
-    name: str, queue: str, executor: str, batch: Batching | None, options: dict[str, Any]
+    name: str,
+    queue: str,
+    executor: str,
+    batch: Batching | None,
+    options: dict[str, Any],
+    declared: frozenset[str] = frozenset(),
 ) -> TaskSpec:
     """The TaskSpec for `@app.task` options (RetryPolicy's fields and TaskSpec's own, each
-    with the default its dataclass gives); ConfigError names an unknown or bad one."""
-    policy_fields = {f.name for f in fields(RetryPolicy)}
-    run_fields = {f.name for f in fields(TaskSpec)} - {
-        "name",
-        "queue",
-        "policy",
-        "executor",
-        "batch",
-    }
-    unknown = set(options) - policy_fields - run_fields
+    with the default its dataclass gives, and those a middleware `declared`); ConfigError
+    names an unknown or bad one."""
+    unknown = set(options) - _POLICY_FIELDS - _RUN_FIELDS - declared
     if unknown:
-        raise ConfigError(f"task {name!r}: unknown option(s) {sorted(unknown)}")
-    policy = {k: v for k, v in options.items() if k in policy_fields}
+        raise ConfigError(
+            f"task {name!r}: unknown option(s) {sorted(unknown)} (a middleware accepts its "
+            "own options when it names them in `task_options`)"
+        )
+    policy = {k: v for k, v in options.items() if k in _POLICY_FIELDS}
     if policy.get("max_retries", 0) < 0:
         raise ConfigError(f"task {name!r}: max_retries must be >= 0")
     for key in ("retry_for", "give_up_on"):
         if key in policy:
             policy[key] = tuple(policy[key])
-    run = {k: v for k, v in options.items() if k in run_fields}
-    return TaskSpec(name, queue, RetryPolicy(**policy), executor=executor, batch=batch, **run)
+    run = {k: v for k, v in options.items() if k in _RUN_FIELDS}
+    extra = MappingProxyType({k: v for k, v in options.items() if k in declared})
+    return TaskSpec(
+        name,
+        queue,
+        RetryPolicy(**policy),
+        executor=executor,
+        batch=batch,
+        middleware_options=extra,
+        **run,
+    )

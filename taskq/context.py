@@ -33,6 +33,7 @@ class TaskContext:
         "attempt",
         "cancelled",
         "envelope",
+        "middleware_options",
         "policy",
         "queue",
         "reporter",
@@ -48,6 +49,7 @@ class TaskContext:
         policy: RetryPolicy,
         timeout: float | None,
         started: float,
+        middleware_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.envelope = envelope
         self.queue = queue
@@ -55,6 +57,8 @@ class TaskContext:
         self.policy = policy
         self.timeout = timeout
         self.started = started  # wall-clock seconds (time.time()) when the attempt began
+        # the task's options its app's middleware declared (taskq.middleware: task_options)
+        self.middleware_options: Mapping[str, Any] = middleware_options or {}
         # True once a cancel was asked for: code that cannot be interrupted (a `def` task in
         # a thread) checks it and returns early; the attempt is settled as cancelled
         self.cancelled = False

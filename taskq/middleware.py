@@ -1,7 +1,7 @@
 """Middleware: code that wraps every task run and every enqueue (one extension mechanism,
 with the worker lifecycle hooks in `taskq.hooks`).
 
-A middleware is any object with one or both of:
+A middleware is any object with one or more of:
 
     async def process(self, ctx, call_next):   # around each attempt in the worker
         return await call_next()               # the task's return value (or its exception)
@@ -9,31 +9,64 @@ A middleware is any object with one or both of:
     async def enqueue(self, envelope, call_next):  # around each enqueue in a producer
         await call_next(envelope)                  # returns once stored (or staged in a batch)
 
+    async def after_settle(self, settled):     # once a verdict's records are stored and
+        ...                                    # its message acked, retried or dead-lettered
+
+and, optionally, `task_options`: the names of `@app.task(...)` options it accepts (read
+back as `ctx.middleware_options` and `settled.middleware_options`); any other unknown option
+is a ConfigError at declaration, so add such middleware before declaring the tasks.
+
 Middleware may observe, time, add metadata (`envelope.with_meta(...)`, `envelope.headers`)
 and raise; it never settles a message: the worker judges what comes out of the chain (a
-value, or an exception) with the task's retry policy. The first middleware is the outermost.
+value, or an exception) with the task's retry policy, and `after_settle` sees the verdict
+only once it is final (an error there is logged; the message stays settled). The first
+middleware is the outermost.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from taskq.envelope import Envelope
 from taskq.errors import ConfigError
 
 if TYPE_CHECKING:
     from taskq.context import TaskContext
+    from taskq.policy import Decision, Outcome
+
+log = logging.getLogger("taskq.worker")
 
 Run = Callable[[], Awaitable[Any]]
 Send = Callable[[Envelope], Awaitable[None]]
 Process = Callable[["TaskContext", Run], Awaitable[Any]]
 Enqueue = Callable[[Envelope, Send], Awaitable[None]]
+AfterSettle = Callable[["Settled"], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Settled:
+    """One delivery's verdict, final: its records stored and its message acked (`Ack`,
+    `Cancel`), handed back for a retry (`Nak`) or dead-lettered (`Dead`)."""
+
+    task_id: str  # "" when its body could not be read
+    task: str  # the task's name ("" when unknown)
+    queue: str
+    attempt: int
+    verdict: Decision
+    outcome: Outcome | None  # the attempt's value or error; None when it did not run
+    context: TaskContext | None  # the attempt's context; None when it did not run
+    middleware_options: Mapping[str, Any] = field(default_factory=dict)
 
 
 class Middleware:
-    """An optional base class: override `process` and/or `enqueue`."""
+    """An optional base class: override `process`, `enqueue` and/or `after_settle`, and
+    name the task options it accepts in `task_options`."""
+
+    task_options: ClassVar[frozenset[str]] = frozenset()
 
     async def process(self, ctx: TaskContext, call_next: Run) -> Any:
         return await call_next()
@@ -41,30 +74,59 @@ class Middleware:
     async def enqueue(self, envelope: Envelope, call_next: Send) -> None:
         await call_next(envelope)
 
+    async def after_settle(self, settled: Settled) -> None:
+        return None
+
 
 class Chain:
     """An app's middleware, as the two call chains the worker and producers run."""
 
-    def __init__(self, items: Iterable[object] = ()) -> None:
+    def __init__(self, items: Iterable[object] = (), reserved: Iterable[str] = ()) -> None:
         self.items: list[object] = []
+        self._reserved = frozenset(reserved)  # `@app.task`'s own options
         self._process: tuple[Process, ...] = ()
         self._enqueue: tuple[Enqueue, ...] = ()
+        self._after: tuple[AfterSettle, ...] = ()
+        self.task_options: frozenset[str] = frozenset()
         for item in items:
             self.add(item)
 
     def add(self, item: object) -> None:
-        """Append `item` (innermost so far); ConfigError if it has neither hook."""
+        """Append `item` (innermost so far); ConfigError if it has no hook, or declares a
+        task option taskq has (or another middleware declared)."""
         process, enqueue = _hook(item, "process"), _hook(item, "enqueue")
-        if process is None and enqueue is None:
+        after = _hook(item, "after_settle")
+        if process is None and enqueue is None and after is None:
             raise ConfigError(
-                f"middleware {item!r} has neither `async def process(ctx, call_next)` "
-                "nor `async def enqueue(envelope, call_next)`"
+                f"middleware {item!r} has none of `async def process(ctx, call_next)`, "
+                "`async def enqueue(envelope, call_next)`, `async def after_settle(settled)`"
             )
+        options = _declared_options(item)
+        taken = options & (self.task_options | self._reserved)
+        if taken:
+            raise ConfigError(f"middleware {item!r}: task option(s) {sorted(taken)} are taken")
         self.items.append(item)
+        self.task_options |= options
         if process is not None:
             self._process += (process,)
         if enqueue is not None:
             self._enqueue += (enqueue,)
+        if after is not None:
+            self._after += (after,)
+
+    @property
+    def settles_observed(self) -> bool:
+        """Whether any middleware has `after_settle` (else no Settled is built at all)."""
+        return bool(self._after)
+
+    async def after_settle(self, settled: Settled) -> None:
+        """Tell every `after_settle` middleware, in order; an error is logged, not raised:
+        the message is settled already."""
+        for hook in self._after:
+            try:
+                await hook(settled)
+            except Exception:
+                log.exception("after_settle middleware %r failed on %s", hook, settled.task_id)
 
     async def process(self, ctx: TaskContext, run: Run) -> Any:
         """Run one attempt through every `process` middleware, `run` innermost."""
@@ -95,6 +157,13 @@ class Chain:
             return await hooks[index](current, lambda e: step(index + 1, e))
 
         return await step(0, envelope)
+
+
+def _declared_options(item: object) -> frozenset[str]:
+    declared = getattr(item, "task_options", ())
+    if isinstance(declared, str) or not all(isinstance(n, str) for n in declared):
+        raise ConfigError(f"middleware {item!r}: task_options must be a set of names")
+    return frozenset(declared)
 
 
 def _hook(item: object, name: str) -> Any:

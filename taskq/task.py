@@ -8,7 +8,7 @@ before running.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar
@@ -98,6 +98,8 @@ class TaskSpec:
     max_per_key: int | None = None
     rate_limit: str | None = None
     rate_limit_key: KeySource | None = None
+    # options a middleware declared it accepts (taskq.middleware: `task_options`)
+    middleware_options: Mapping[str, Any] = field(default_factory=dict)
 
 
 class Task(Generic[P, R]):
@@ -129,6 +131,7 @@ class Task(Generic[P, R]):
         )
         self.lane = self.flow is not None and self.flow.lane  # published to its own lane
         self.priority = check_priority(spec.name, spec.priority)
+        self.middleware_options = spec.middleware_options
         self.__doc__ = fn.__doc__
         self.__name__ = getattr(fn, "__name__", spec.name)
         self.__wrapped__ = fn

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import taskq
-from taskq import App, ConfigError, HookError, Middleware, NoTaskContext, TaskContext
+from taskq import App, ConfigError, HookError, Middleware, NoTaskContext, Settled, TaskContext
 from taskq.envelope import Envelope
 from tests.conftest import run_cli, running_worker, wait_until
 
@@ -111,7 +111,7 @@ async def test_enqueue_middleware_can_refuse_and_nothing_is_published(app: App) 
 
 
 def test_a_middleware_without_hooks_is_a_config_error() -> None:
-    with pytest.raises(ConfigError, match="neither"):
+    with pytest.raises(ConfigError, match="has none of"):
         App(middleware=[object()])
 
     class Sync:
@@ -209,3 +209,111 @@ def test_failing_start_hook_is_one_line_from_the_cli(nats_url: str, prefix: str)
     lines = result.stderr.strip().splitlines()
     assert lines[-1].startswith("taskq: error: worker start hook") and "no pool" in lines[-1]
     assert "Traceback" not in result.stderr
+
+
+class Observer(Middleware):
+    """After each settle: what it was, and what the server held at that moment."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self.seen: list[tuple[str, str, int, str]] = []
+
+    async def after_settle(self, settled: Settled) -> None:
+        state = await self.app.handle(settled.task_id).status()
+        self.seen.append((settled.task, type(settled.verdict).__name__, settled.attempt, state))
+
+
+async def test_after_settle_sees_each_verdict_once_its_record_is_stored(
+    nats_url: str, prefix: str
+) -> None:
+    """`after_settle` runs once a verdict is final: a success's record says succeeded, a
+    retry's says failed (the message handed back), a dead letter's says dead; an
+    after_settle that raises changes nothing (logged; the next still sees its verdict)."""
+    app = App(url=nats_url, prefix=prefix)
+    observer = Observer(app)
+
+    class Broken(Middleware):
+        async def after_settle(self, settled: Settled) -> None:
+            raise RuntimeError("an observer's bug")
+
+    app.add_middleware(Broken())
+    app.add_middleware(observer)
+
+    @app.task
+    async def fine() -> int:
+        return 1
+
+    @app.task(max_retries=1, backoff=0.05, jitter=0)
+    async def doomed() -> None:
+        raise ValueError("no")
+
+    try:
+        async with running_worker(app):
+            ok = await fine.enqueue()
+            dead = await doomed.enqueue()
+            assert await ok.result(timeout=20) == 1
+            with pytest.raises(taskq.TaskFailed):
+                await dead.result(timeout=20)
+            await wait_until(lambda: len(observer.seen) == 3)
+    finally:
+        await app.aclose()
+    assert sorted(observer.seen) == [
+        ("doomed", "Dead", 2, "dead"),
+        ("doomed", "Nak", 1, "failed"),
+        ("fine", "Ack", 1, "succeeded"),
+    ]
+
+
+class Alerting(Middleware):
+    """Declares an option of its own: `@app.task(alert_channel="#ops")`."""
+
+    task_options = frozenset({"alert_channel"})
+
+    def __init__(self) -> None:
+        self.during: list[object] = []
+        self.after: list[object] = []
+
+    async def process(self, ctx: TaskContext, call_next: Any) -> Any:
+        self.during.append(ctx.middleware_options.get("alert_channel"))
+        return await call_next()
+
+    async def after_settle(self, settled: Settled) -> None:
+        self.after.append(settled.middleware_options.get("alert_channel"))
+
+
+async def test_middleware_declares_the_task_options_it_accepts(nats_url: str, prefix: str) -> None:
+    alerting = Alerting()
+    app = App(url=nats_url, prefix=prefix, middleware=[alerting])
+
+    @app.task(alert_channel="#ops")
+    async def watched() -> None: ...
+
+    @app.task
+    async def plain() -> None: ...
+
+    assert watched.middleware_options == {"alert_channel": "#ops"}
+    try:
+        async with running_worker(app):
+            for handle in (await watched.enqueue(), await plain.enqueue()):
+                await handle.result(timeout=20)
+            await wait_until(lambda: len(alerting.after) == 2)
+    finally:
+        await app.aclose()
+    assert sorted(alerting.during, key=str) == ["#ops", None]
+    assert sorted(alerting.after, key=str) == ["#ops", None]
+    # an option nobody declared is still an error, naming how to declare one
+    with pytest.raises(ConfigError, match=r"unknown option.*task_options"):
+        app.task(name="typo", alert_chanel="#ops")(plain.fn)
+
+
+def test_a_middleware_may_not_declare_an_option_taskq_or_another_has() -> None:
+    class Greedy(Middleware):
+        task_options = frozenset({"max_retries"})
+
+        async def process(self, ctx: TaskContext, call_next: Any) -> Any:
+            return await call_next()
+
+    with pytest.raises(ConfigError, match=r"task option\(s\) \['max_retries'\] are taken"):
+        App(middleware=[Greedy()])
+    with pytest.raises(ConfigError, match="alert_channel"):
+        App(middleware=[Alerting(), Alerting()])

@@ -144,7 +144,13 @@ class Judge:
         job.started = time.monotonic()
         d = job.delivery
         ctx = job.context = TaskContext(
-            job.envelope, job.queue, job.attempt, task.policy, task.timeout, time.time()
+            job.envelope,
+            job.queue,
+            job.attempt,
+            task.policy,
+            task.timeout,
+            time.time(),
+            task.middleware_options,
         )
         ctx.reporter = self.reporter
         key = safe_id(job.envelope.id)

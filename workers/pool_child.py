@@ -139,7 +139,13 @@ def _answer(
         return pickle.dumps(("unpicklable", "arguments", f"{type(exc).__name__}: {exc}"))
     task = tasks[call.task]
     ctx = TaskContext(
-        call.envelope, call.queue, call.attempt, task.policy, task.timeout, time.time()
+        call.envelope,
+        call.queue,
+        call.attempt,
+        task.policy,
+        task.timeout,
+        time.time(),
+        task.middleware_options,
     )
     reports = ctx.reporter = _Reports(conn)
     token = enter(ctx)

@@ -14,6 +14,7 @@ from taskq.dlq.record import ErrorInfo, make_record
 from taskq.dlq.write import Letter, prepare
 from taskq.errors import PayloadTooLarge
 from taskq.flow import final_id
+from taskq.middleware import Chain, Settled
 from taskq.policy import Ack, Cancel, Dead, Decision, Failure, Hold, Nak, Outcome, Success
 from taskq.results import encoded
 from taskq.results import store as store_result
@@ -36,10 +37,12 @@ class Settler:
         client: Client,
         stats: Counter[str],
         admission: Admission | None = None,
+        middleware: Chain | None = None,
     ) -> None:
         self.client = client
         self.stats = stats
         self.admission = admission
+        self.middleware = middleware  # told of each final verdict (`after_settle`)
         self.group = SettleGroup(client, self._finish, self.settle_alone)
 
     async def settle(self, job: Job, decision: Decision, outcome: Outcome | None) -> None:
@@ -95,6 +98,8 @@ class Settler:
             self.stats["dead"] += 1
             self.stats[f"dead:{decision.reason}"] += 1
         _log(job, decision, outcome)
+        if self.middleware is not None and self.middleware.settles_observed:
+            await self.middleware.after_settle(_settled(job, decision, outcome))
 
     def _encoded(self, job: Job, decision: Decision, outcome: Outcome | None) -> bytes | None:
         fields = record_fields(job, decision, outcome)
@@ -165,6 +170,20 @@ class Settler:
     def _subject_task(self, subject: str) -> str:
         parsed = self.client.names.parse_queue_subject(subject)
         return parsed[1] if parsed else "_unknown"
+
+
+def _settled(job: Job, decision: Decision, outcome: Outcome | None) -> Settled:
+    envelope, task = job.envelope, job.task
+    return Settled(
+        task_id=envelope.id if envelope is not None else "",
+        task=task.name if task is not None else "",
+        queue=job.queue,
+        attempt=job.attempt,
+        verdict=decision,
+        outcome=outcome,
+        context=job.context,
+        middleware_options=task.middleware_options if task is not None else {},
+    )
 
 
 def _unstorable(job: Job, exc: PayloadTooLarge) -> tuple[Dead, Failure]:

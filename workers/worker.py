@@ -111,7 +111,7 @@ class Worker:
         A failing start hook raises HookError before anything is fetched."""
         client = self._client = await self.app.client()
         admission = self._admission = Admission(client)
-        self._settler = Settler(client, self.stats, admission)
+        self._settler = Settler(client, self.stats, admission, self.app.middleware)
         self._judge.admission = admission
         self._setups = await retry_transient(
             lambda: prepare(self.app, client, self.queues), what="worker set-up"
