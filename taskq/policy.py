@@ -23,6 +23,11 @@ from taskq.errors import (
 DeadReason = Literal["exhausted", "permanent", "undecodable", "unknown_task", "expired", "crashed"]
 
 
+# a task's lease (the server's ack_wait) when it names none: in-progress acks extend it
+# every third of it while the task runs, so it only bounds how soon a crash is noticed
+DEFAULT_ACK_WAIT = 30.0
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """How many attempts a task gets and how long to wait between them."""

@@ -25,7 +25,7 @@ from taskq.flowcontrol.options import DEFAULT_PRIORITY, KeySource, check_priorit
 from taskq.handle import TaskHandle
 from taskq.ids import check_key, new_id
 from taskq.middleware import Chain
-from taskq.policy import RetryPolicy
+from taskq.policy import DEFAULT_ACK_WAIT, RetryPolicy
 from taskq.portal import Portal
 from taskq.schedules import due_time
 from taskq.topology.names import check_queue
@@ -85,7 +85,7 @@ class TaskSpec:
     name: str
     queue: str = "default"
     policy: RetryPolicy = field(default_factory=RetryPolicy)
-    ack_wait: float = 30.0
+    ack_wait: float = DEFAULT_ACK_WAIT
     timeout: float | None = None
     ack_sync: bool = False
     executor: str = "default"

@@ -10,8 +10,10 @@ from dataclasses import dataclass, replace
 
 from taskq.app import App
 from taskq.client import Client
+from taskq.flowcontrol.options import DEFAULT_PRIORITY
 from taskq.flowcontrol.store import ensure_limits
 from taskq.flowcontrol.usage import declaration, declare
+from taskq.policy import DEFAULT_ACK_WAIT
 from taskq.queue_control import FOREVER, ends
 from taskq.schedules import register
 from taskq.topology.partitions import Part, layout, queues_in
@@ -30,7 +32,6 @@ from taskq.topology.specs import (
 )
 
 log = logging.getLogger("taskq.worker")
-DEFAULT_ACK_WAIT = 30.0
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,8 @@ class QueueSetup:
     durable: str
     ack_wait: float  # the consumer's real ack_wait, read back from the server
     lane: str | None = None  # the task whose concurrency lane this consumer is
-    rank: int = 5  # priority level: slots go to higher levels first (workers/slots.py)
+    # priority level: slots go to higher levels first (workers/slots.py)
+    rank: int = DEFAULT_PRIORITY
     transient: bool = False  # a priority level's loop: ends when its level is drained
 
     @property

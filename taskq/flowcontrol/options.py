@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from taskq.errors import ConfigError
+from taskq.policy import DEFAULT_ACK_WAIT
 
 KeySource = str | Callable[..., Any]
 
@@ -54,7 +55,8 @@ class FlowLimits:
     max_per_key: int | None = None
     rate: Rate | None = None
     rate_key: KeySource | None = None
-    lease: float = 30.0  # the task's ack_wait: a crashed holder's slot comes back after it
+    # the task's ack_wait: a crashed holder's slot comes back after it
+    lease: float = DEFAULT_ACK_WAIT
 
     @property
     def lane(self) -> bool:

@@ -14,6 +14,10 @@ from taskq.errors import ConfigError
 from taskq.settings import Settings
 from taskq.topology.names import Names
 
+# the ack_wait of taskq's own consumers (the timer mover, the advisory sweeper): a failed
+# move or sweep comes back after it
+INTERNAL_ACK_WAIT = 30.0
+
 
 @dataclass(frozen=True)
 class StreamSpec:
@@ -93,7 +97,7 @@ def timer_consumer(names: Names, settings: Settings, queue: str) -> ConsumerSpec
         stream=names.timer_stream(queue),
         durable=names.timer_consumer(queue),
         filter_subject=names.fired_filter(queue),
-        ack_wait=30.0,
+        ack_wait=INTERNAL_ACK_WAIT,
         max_deliver=-1,
         max_ack_pending=settings.max_ack_pending,
     )
@@ -202,7 +206,7 @@ def events_consumer(names: Names) -> ConsumerSpec:
         stream=names.events_stream,
         durable=names.events_consumer,
         filter_subject="",
-        ack_wait=30.0,
+        ack_wait=INTERNAL_ACK_WAIT,
         max_deliver=-1,
         max_ack_pending=1000,
     )
