@@ -1,6 +1,7 @@
 """Creating what a worker consumes from: queue streams, their consumers, each queue's timer
-stream and its mover's consumer, the DLQ and the advisory capture stream; idempotent, and
-drift in a config is applied as an update."""
+stream and its mover's consumer, the DLQ and the advisory capture stream; idempotent. A
+drifted config is applied as an update where the user may (an operator, `taskq provision`),
+else a warning: the worker goes on with what the server has."""
 
 from __future__ import annotations
 

@@ -8,7 +8,8 @@ renewing: its slots vanish within one TTL (the task's ack_wait), when its delive
 back too. No counter to drift, nothing to reconcile.
 
 Keys are unbounded (one per tenant), so slots cannot be consumers; the global limit
-(`max_concurrency`) is a consumer's max_ack_pending instead (taskq.flowcontrol.lanes).
+(`max_concurrency`) is a consumer's max_ack_pending instead (`lane_consumer` in
+taskq.topology.specs, `ensure_lanes` in taskq.workers.setup).
 """
 
 from __future__ import annotations

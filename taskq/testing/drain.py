@@ -25,7 +25,7 @@ from taskq.topology.partitions import Part, queues_on_server
 
 POLL = 0.002  # seconds between looks at the consumers (each look: a request per stream)
 # a periodic schedule fires this long after its time at the latest (nats-server 2.15.1 fires
-# on whole seconds; median lateness measured 0.12 s, docs/architecture.md)
+# on whole seconds; median lateness measured 0.12 s, docs/testing.md)
 LATENESS = 1.0
 
 

@@ -1,4 +1,5 @@
-"""Names of every JetStream object and subject, derived from one prefix (docs/architecture.md).
+"""Names of every JetStream object and subject, derived from one prefix (docs/wire-format.md,
+"Names").
 
 Several apps, tenants or tests share a server by using different prefixes.
 """

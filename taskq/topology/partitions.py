@@ -1,9 +1,9 @@
 """Queue partitions: which partition a task goes to, and which partition streams exist.
 
 A queue declared with `partitions=N` is N work-queue streams (`<PREFIX>_Q_<QUEUE>_P<i>`,
-docs/architecture.md). Producers place a task by hashing its key (its partition key or
-idempotency key,
-so that a key always meets the same stream's dedup window) or, without a key, round robin.
+docs/wire-format.md, "Names"). Producers place a task by hashing its key (its partition key
+or idempotency key, so that a key always meets the same stream's dedup window) or, without
+a key, round robin.
 Workers consume every partition stream that exists, so nothing is stranded when N changes.
 """
 

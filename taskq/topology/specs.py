@@ -1,4 +1,4 @@
-"""The JetStream objects taskq needs, as plain specs (docs/architecture.md).
+"""The JetStream objects taskq needs, as plain specs (docs/wire-format.md, "Names").
 
 `taskq.nats` turns these into server configs; nothing here talks to NATS. Specs are
 complete on purpose: the server's create-or-update falls back to defaults for fields left
