@@ -183,9 +183,11 @@ def ask(
 ) -> Response:
     """The confirmation step of an action on many things or one that cannot be undone: a
     page whose form repeats the action with `confirm=yes` (its button styled as
-    destructive when `danger`); for scripts, 409 with the count."""
+    destructive when `danger`); for scripts, 409 with the count and the fields to send back
+    with `confirm=yes` (a bulk action's `max_seq`: it then touches only what it counted)."""
     if wants_json(request):
-        return json_response({"error": "send confirm=yes to do it", "count": count}, 409)
+        asked = {"error": "send confirm=yes to do it", "count": count, "fields": fields}
+        return json_response(asked, 409)
     if count == 0:
         raise DashboardError(409, f"{question.rstrip('?')}: there is nothing to do.")
     return page(

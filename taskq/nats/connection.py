@@ -67,6 +67,13 @@ class Connection:
         self._pipeline = Pipeline(client, self._guard)
         self.records = Records(js, self._guard, self.seal)
         self.probes = Probes(client, self._guard)  # taskq doctor: harmless questions
+        # closed for good (not by `close`): what waits for an ack fails now, not at its
+        # deadline, so a worker stops at once instead of draining writes that cannot land
+        self._loss = asyncio.get_running_loop().create_task(self._fail_pending_on_loss())
+
+    async def _fail_pending_on_loss(self) -> None:
+        await self._events.lost.wait()
+        await self._pipeline.close()
 
     @classmethod
     async def connect(cls, settings: Settings, name: str = "taskq") -> Connection:
@@ -89,6 +96,7 @@ class Connection:
 
     async def close(self) -> None:
         self._events.live = False
+        self._loss.cancel()
         # flush (settles and publishes reach the server), then close: `drain()` would wait
         # out its 30 s timeout on the inboxes of expired pull requests.
         with contextlib.suppress(Exception):

@@ -42,7 +42,7 @@ STORE_FAILED = 10077  # with "maximum bytes exceeded": a stream's max_bytes, dis
 SERVER_STORAGE = "the server's JetStream storage (jetstream max_file_store, or the account's limit)"
 
 _TIMEOUTS = (nats.errors.TimeoutError, asyncio.TimeoutError, TimeoutError)
-_NOT_READY = (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError)
+_RECONNECTING = (nats.errors.ConnectionReconnectingError,)
 
 
 class Guard:
@@ -167,8 +167,11 @@ def _client_error(exc: nats.errors.Error) -> TaskqError:
         return BrokerError(f"message over the server's max_payload: {exc}")
     if isinstance(exc, nats.errors.NoRespondersError):
         return TransientError("no responders (JetStream not ready?)")
-    if isinstance(exc, _NOT_READY):
+    if isinstance(exc, _RECONNECTING):
         return TransientError(f"NATS connection not ready: {type(exc).__name__}")
+    if isinstance(exc, nats.errors.ConnectionClosedError):
+        # closed for good (nats-py gave up, or it was closed): retrying cannot help
+        return BrokerError("the NATS connection is closed")
     return BrokerError(str(exc) or type(exc).__name__)
 
 
