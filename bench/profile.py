@@ -31,7 +31,7 @@ PARTS: list[tuple[str, tuple[str, ...]]] = [
     ("result record: build and encode", ("workers/outcomes.py", "taskq/results.py", "_encoded")),
     (
         "publish pipeline (records): send, await, acks read",
-        ("taskq/nats/pipeline.py", "taskq/nats/kv.py", "publish_nowait", "settle_group.py"),
+        ("taskq/nats/pipeline.py", "taskq/nats/kv.py", "publish_nowait", "workers/writes.py"),
     ),
     ("message acks", ("Delivery.ack", "Msg.ack")),
     (

@@ -1,7 +1,9 @@
-"""Writing a dead-letter record into the DLQ stream (the worker and the sweeper do)."""
+"""Writing a dead-letter record into the DLQ stream (the worker and the sweeper do), through
+one publish (`send`)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from dataclasses import dataclass
 
 from taskq.client import Client
@@ -44,6 +46,22 @@ async def prepare(
     return Letter(subject, record.body(), headers)
 
 
+async def send(client: Client, letter: Letter) -> Awaitable[PubAck]:
+    """The one publish of a dead letter: sent now, its storage ack to await (many letters
+    and records of one settle group are pipelined, their acks awaited together)."""
+    return await client.connection.publish_nowait(letter.subject, letter.body, letter.headers)
+
+
+async def store(client: Client, letter: Letter) -> PubAck:
+    """A dead letter stored, acknowledged, retried while transient (deduplicated per task id
+    and original sequence, so a retry never stores it twice)."""
+
+    async def once() -> PubAck:
+        return await (await send(client, letter))
+
+    return await retry_transient(once, what="dead-letter write")
+
+
 async def publish_record(
     client: Client,
     record: DeadLetter,
@@ -51,11 +69,7 @@ async def publish_record(
     raw: bytes | None = None,
 ) -> PubAck:
     """Store a record in the DLQ, acknowledged, deduplicated per (task id, original seq)."""
-    letter = await prepare(client, record, task, raw)
-    return await retry_transient(
-        lambda: client.connection.publish(letter.subject, letter.body, letter.headers),
-        what="dead-letter write",
-    )
+    return await store(client, await prepare(client, record, task, raw))
 
 
 def _subject_safe(task: str) -> str:

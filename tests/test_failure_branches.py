@@ -64,8 +64,8 @@ async def test_a_refused_record_write_is_written_again_alone_and_acked_only_once
     victim = handles[3]
     client = await app.client()
     async with running_worker(app, concurrency=8, grace=2.0) as worker:
-        assert worker._settler is not None
-        group = worker._settler.group
+        assert worker._parts is not None
+        group = worker._parts.settler
         with inject(client.connection) as faults:
             # Given the victim's record write refused by the server in its group, and its
             # writes after that failing (transiently) until the test lets them through
@@ -213,7 +213,7 @@ async def test_a_record_refused_for_a_full_store_is_dropped_visibly_and_the_task
             await wait_until(lambda: sum(ran.values()) == 4)
             gate.set()
             await wait_until(lambda: worker.stats["succeeded"] == 4)
-    # Then (the one exception to "acked after its record", settle_group.py) a full store
+    # Then (the one exception to "acked after its record", settle.py) a full store
     # does not stop the drain: the task is settled without its record, with a warning,
     # and its record is not written again (that would only meet the full store again)
     assert [c.fault for c in faults.seen(subject)] == [REFUSE]
@@ -267,8 +267,8 @@ async def test_a_connection_closed_mid_group_loses_no_task(
                 await connection.publish_nowait(record_subject(app, handles[0].id), b"{}")
         results = f"$KV.{app.names.results_bucket}.*"
         assert [c.fault for c in faults.seen(results)][:3] == [None, None, CLOSE]
-        assert first._settler is not None  # the six were one group, cut off at its 3rd write
-        assert (first._settler.group.groups, first._settler.group.grouped) == (1, 6)
+        assert first._parts is not None  # the six were one group, cut off at its 3rd write
+        assert (first._parts.settler.groups, first._parts.settler.grouped) == (1, 6)
         # When a new worker starts on a new connection
         async with running_worker(app, concurrency=6):
             # Then every task ends with its record: those whose writes or acks the close

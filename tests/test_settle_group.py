@@ -19,8 +19,8 @@ async def test_tasks_finishing_together_settle_in_groups_each_after_its_record(
     handles = await square.enqueue_many(range(300))
     async with running_worker(app, concurrency=32) as worker:
         await wait_until(lambda: worker.stats["succeeded"] == 300, timeout=30)
-        assert worker._settler is not None
-        group = worker._settler.group
+        assert worker._parts is not None
+        group = worker._parts.settler
         # Then they were settled in fewer groups than tasks (several per loop turn) ...
         assert group.grouped == 300 and group.groups < 300, (group.groups, group.grouped)
     # ... and every acked task has its record, with its value
@@ -39,8 +39,8 @@ async def test_retries_and_dead_letters_settle_in_groups_too(app: App) -> None:
     handles = await broken.enqueue_many(range(40))
     async with running_worker(app, concurrency=16) as worker:
         await wait_until(lambda: worker.stats["dead"] == 40, timeout=30)
-        assert worker._settler is not None
-        assert worker._settler.group.grouped == 80  # 40 NAKs, then 40 TERMs
+        assert worker._parts is not None
+        assert worker._parts.settler.grouped == 80  # 40 NAKs, then 40 TERMs
         assert worker.stats["retried"] == 40
     # each TERM came after its dead letter and its `dead` record were stored
     dead = await list_dead(app)
@@ -58,8 +58,8 @@ async def test_ack_sync_tasks_settle_alone(app: App) -> None:
     handles = await exact.enqueue_many(range(20))
     async with running_worker(app) as worker:
         await wait_until(lambda: worker.stats["succeeded"] == 20, timeout=30)
-        assert worker._settler is not None
-        assert worker._settler.group.grouped == 0
+        assert worker._parts is not None
+        assert worker._parts.settler.grouped == 0
     assert [await h.result(timeout=5) for h in handles] == list(range(20))
 
 
@@ -69,8 +69,8 @@ async def test_no_more_verdicts_wait_for_their_writes_than_the_window(app: App) 
         return n * n
 
     async with running_worker(app, concurrency=32) as worker:
-        assert worker._settler is not None
-        group = worker._settler.group
+        assert worker._parts is not None
+        group = worker._parts.settler
         group.window = 4  # before any task: the default (512) is what a drain can fill
         handles = await square.enqueue_many(range(400))
         await wait_until(lambda: worker.stats["succeeded"] == 400, timeout=60)

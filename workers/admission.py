@@ -46,6 +46,7 @@ from taskq.ids import new_id
 from taskq.policy import Hold
 from taskq.task import Task
 from taskq.workers.job import Job
+from taskq.workers.ticker import Ticker
 
 log = logging.getLogger("taskq.worker")
 FULL_MEMORY = 0.05  # seconds a key seen full is parked without trying, then looked at again
@@ -68,8 +69,11 @@ class Admission:
     def __init__(self, client: Client) -> None:
         self.client = client
         self._holders: dict[str, Holder] = {}
-        self._permits: dict[int, Permit] = {}
-        self._ticker: asyncio.Task[None] | None = None
+        self._permits: dict[int, Permit] = {}  # by id(job): the slot each running job holds
+        self._parked: dict[int, KeySlots] = {}  # by id(job): the key slots it waits for
+        self._ticker = Ticker(
+            "slot renewal", self._renew, lambda: 0.25, lambda: bool(self._permits)
+        )
         self._full: dict[str, float] = {}  # per-key limit -> when this worker saw it full
         self._rechecks: dict[str, asyncio.Task[None]] = {}
 
@@ -153,13 +157,12 @@ class Admission:
             # holder's slot has expired. A key just seen full is not tried again: a backlog
             # of one busy key is parked at one publish per task.
             self._full.setdefault(limit, time.monotonic())
-            job.parked = slots
+            self._parked[id(job)] = slots
             until = time.time() + flow.lease + 1.0
             return Hold(f"max_per_key {flow.max_per_key} (key {key!r})", limit, until)
         beat = time.monotonic() + _interval(flow.lease)
         self._permits[id(job)] = Permit(slots, slot, job.envelope.id, limit, beat)
-        job.permit = True
-        self._start_ticker()
+        self._ticker.start()
         return None
 
     async def _slots(self, task: str, key: str, size: int, ttl: float) -> KeySlots:
@@ -176,7 +179,7 @@ class Admission:
             headers[HELD] = hold.limit
         if hold.ticket:
             headers[TICKET] = hold.ticket
-        if job.parked is not None:  # parked for a slot: woken by a copy (held.Holder.wake)
+        if id(job) in self._parked:  # parked for a slot: woken by a copy (held.Holder.wake)
             headers[PARK] = new_id()
         until = _moment(hold.until)
         await holder.hold(d, envelope.id, hold.target or d.subject, hold.group, until, headers)
@@ -185,7 +188,7 @@ class Admission:
         """Tasks parked on a key whose holder released between our look and our park would
         wait for the next release: shortly after parking, look at the key's slots again
         and wake a parked task for each free one (one look per key for a burst of parks)."""
-        slots = job.parked
+        slots = self._parked.pop(id(job), None)
         if slots is None:
             return
         limit = group("slot", slots.key, slots.task)
@@ -204,8 +207,8 @@ class Admission:
 
     async def release(self, job: Job) -> None:
         """Give back the slot `job` held, and wake the oldest task parked on its key."""
+        self._parked.pop(id(job), None)
         permit = self._permits.pop(id(job), None)
-        job.permit = False
         if permit is None:
             return
         self._full.pop(permit.group, None)
@@ -218,19 +221,13 @@ class Admission:
     async def _wake(self, queue: str, limit: str, note: dict[str, str] | None = None) -> None:
         await self.holder(queue).wake(limit, note)
 
-    def _start_ticker(self) -> None:
-        if self._ticker is None or self._ticker.done():
-            self._ticker = asyncio.create_task(self._renew())
-
     async def _renew(self) -> None:
-        """Renew held slots' TTLs (every lease/3) while any is held."""
-        while self._permits:
-            await asyncio.sleep(0.25)
-            now = time.monotonic()
-            for permit in list(self._permits.values()):
-                if now >= permit.next_beat:
-                    permit.next_beat = now + _interval(permit.slots.ttl)
-                    await self._beat(permit)
+        """Renew held slots' TTLs (each every lease/3; looked at every 0.25 s)."""
+        now = time.monotonic()
+        for permit in list(self._permits.values()):
+            if now >= permit.next_beat:
+                permit.next_beat = now + _interval(permit.slots.ttl)
+                await self._beat(permit)
 
     async def _beat(self, permit: Permit) -> None:
         try:
@@ -246,10 +243,7 @@ class Admission:
     async def close(self) -> None:
         for recheck in list(self._rechecks.values()):
             recheck.cancel()
-        if self._ticker is not None:
-            self._ticker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._ticker
+        await self._ticker.close()
 
 
 def _interval(ttl: float) -> float:

@@ -3,7 +3,6 @@ whatever the task rate, and a delete when the worker stops."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
@@ -12,6 +11,7 @@ from taskq.client import Client
 from taskq.envelope import now_iso
 from taskq.errors import TaskqError
 from taskq.registry import RunningTask, WorkerRecord, ensure_workers
+from taskq.workers.ticker import Ticker
 
 log = logging.getLogger("taskq.worker")
 LISTED = 1000  # running tasks named in one beat, at most (the record stays small)
@@ -33,34 +33,33 @@ class Heartbeat:
         self._counts = counts
         self._running = running
         self._problem = problem
+        self._ticker = Ticker("heartbeat", self._beat, lambda: client.settings.heartbeat)
 
     async def first(self) -> None:
-        """The bucket and the first beat, awaited before the worker's first fetch: a worker
-        that runs a task is already listed."""
+        """The bucket and the first beat, awaited before the worker's first fetch (a worker
+        that runs a task is already listed), then one beat every interval until `close`."""
         with contextlib.suppress(TaskqError):
             await ensure_workers(self._client)
-        await self._beat(self._client.names.workers_bucket)
+        await self._beat()
+        self._ticker.start()
 
-    async def run(self, stopping: asyncio.Event) -> None:
-        """Beat every interval (after `first`) until `stopping` is set, then remove the record."""
-        bucket = self._client.names.workers_bucket
-        try:
-            while not stopping.is_set():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stopping.wait(), self._client.settings.heartbeat)
-                if not stopping.is_set():
-                    await self._beat(bucket)
-        finally:
-            with contextlib.suppress(TaskqError):
-                await self._client.connection.kv.delete(bucket, self.record.key)
+    async def close(self) -> None:
+        """Stop beating and remove the record: the worker is gone from `taskq workers`."""
+        await self._ticker.close()
+        with contextlib.suppress(TaskqError):
+            await self._client.connection.kv.delete(
+                self._client.names.workers_bucket, self.record.key
+            )
 
-    async def _beat(self, bucket: str) -> None:
+    async def _beat(self) -> None:
         self.record.heartbeat_at = now_iso()
         self.record.counts = self._counts()
         self.record.running = self._running()[:LISTED]
         self.record.problem = self._problem()
         body = self.record.model_dump_json().encode()
         try:
-            await self._client.connection.kv.put(bucket, self.record.key, body)
+            await self._client.connection.kv.put(
+                self._client.names.workers_bucket, self.record.key, body
+            )
         except TaskqError as exc:  # a missed beat is survivable: the TTL spans three
             log.warning("heartbeat not stored: %s", exc)

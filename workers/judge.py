@@ -30,9 +30,10 @@ from taskq.task import Task
 from taskq.workers.admission import Admission
 from taskq.workers.cancel_watch import CancelWatch
 from taskq.workers.execute import call_function, run_attempt, unwrap
-from taskq.workers.job import Job as Job  # re-exported: Job used to live here
+from taskq.workers.job import Job
 from taskq.workers.lease import Leases
 from taskq.workers.pool import ProcessPool
+from taskq.workers.running import RunningJobs
 from taskq.workers.spark_jobs import LendSlot, SparkExecutor
 
 SOON = 2.0  # a task due within this many seconds waits in the worker, not as a schedule
@@ -49,17 +50,26 @@ class Runners:
 
 
 class Judge:
-    """Turns a delivery into a verdict, running the task when it may run. `running` holds
-    the jobs whose attempt is under way, by result key (for cancels and heartbeats)."""
+    """Turns a delivery into a verdict, running the task when it may run (its job listed in
+    `running` meanwhile, for cancels and heartbeats)."""
 
-    def __init__(self, app: App, runners: Runners, leases: Leases) -> None:
+    def __init__(
+        self,
+        app: App,
+        runners: Runners,
+        leases: Leases,
+        running: RunningJobs,
+        cancels: CancelWatch,
+        reporter: Reporter,
+        admission: Admission,
+    ) -> None:
         self.app = app
         self._runners = runners
         self._leases = leases
-        self.cancels: CancelWatch | None = None
-        self.reporter: Reporter | None = None
-        self.admission: Admission | None = None  # flow control (tasks with limits only)
-        self.running: dict[str, Job] = {}
+        self._running = running
+        self._cancels = cancels
+        self._reporter = reporter
+        self._admission = admission  # flow control (tasks with limits only)
         settings = app.settings
         self._sealing_required = bool(settings.encryption_key) and not settings.allow_plaintext
 
@@ -74,8 +84,8 @@ class Judge:
             args, kwargs = task.validator.for_call(envelope.args, envelope.kwargs)
         except ArgumentsError as exc:
             return Dead("permanent", str(exc)), Failure(exc)
-        if task.flow is not None and self.admission is not None:
-            hold = await self.admission.admit(job, task, args, kwargs)
+        if task.flow is not None:
+            hold = await self._admission.admit(job, task, args, kwargs)
             if hold is not None:
                 return hold, None
         outcome = await self._run(job, task, args, kwargs)
@@ -110,7 +120,7 @@ class Judge:
         """Cancelled, unknown, crash-looped or expired: its verdict; else None."""
         envelope, task, d = job.envelope, job.task, job.delivery
         assert envelope is not None
-        if self.cancels is not None and self.cancels.requested(envelope.id):
+        if self._cancels.requested(envelope.id):
             return Cancel(), Failure(TaskCancelled(envelope.id))
         if cancelled_only:
             return None
@@ -152,11 +162,11 @@ class Judge:
             time.time(),
             task.middleware_options,
         )
-        ctx.reporter = self.reporter
+        ctx.reporter = self._reporter
         key = safe_id(job.envelope.id)
-        self.running[key] = job
+        self._running.jobs[key] = job
         job.running = job.handler or asyncio.current_task()  # what a cancel interrupts
-        self._leases.hold(d, job.setup.ack_wait)
+        self._leases.hold(d, job.setup.ack_wait, job.queue)
         try:
             outcome = await run_attempt(
                 ctx, self.app.middleware, self._call(task, args, kwargs, ctx)
@@ -170,7 +180,7 @@ class Judge:
         finally:
             self._leases.release(d)
             job.running = None
-            self.running.pop(key, None)
+            self._running.jobs.pop(key, None)
         if job.cancel_requested:  # code that could not be interrupted ended on its own
             return Failure(TaskCancelled(job.envelope.id))
         return outcome
@@ -189,21 +199,6 @@ class Judge:
             return unwrap(outcome)
 
         return on_spark
-
-    def cancel(self, key: str) -> None:
-        """Stop the running attempt of the task with result key `key`, if any: interrupt
-        it where that is possible (async, process pool), else flag it (threads, Spark)."""
-        job = self.running.get(key)
-        if job is None:
-            return
-        job.cancel_requested = True
-        if job.context is not None:
-            job.context.cancelled = True
-        interruptible = job.task is not None and (
-            job.task.is_async or job.task.executor == "process"
-        )
-        if interruptible and job.running is not None:
-            job.running.cancel()
 
     def _decode(self, d: Delivery, queue: str) -> Envelope:
         if d.unreadable is not None:  # sealed with a key this worker does not have

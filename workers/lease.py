@@ -9,66 +9,63 @@ not extended forever.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
+from dataclasses import dataclass
 
 from taskq.errors import TaskqError
 from taskq.nats import Delivery
 from taskq.telemetry import LEASE_EXTENSIONS
+from taskq.workers.ticker import Ticker
 
 log = logging.getLogger("taskq.worker")
 
 MAX_TICK = 0.25  # seconds between checks, at most
 
 
+@dataclass(slots=True)
+class _Lease:
+    next_beat: float
+    interval: float
+    queue: str  # for the metric's label
+
+
 class Leases:
     """The worker's set of held leases and the ticker that extends them."""
 
     def __init__(self) -> None:
-        self._held: dict[Delivery, list[float]] = {}  # delivery -> [next beat, interval]
-        self._ticker: asyncio.Task[None] | None = None
+        self._held: dict[Delivery, _Lease] = {}
+        self._ticker = Ticker("lease extension", self._tick, self._period, lambda: bool(self._held))
 
-    def hold(self, delivery: Delivery, ack_wait: float) -> None:
+    def hold(self, delivery: Delivery, ack_wait: float, queue: str) -> None:
         """Extend `delivery`'s lease every ack_wait/3 until `release` (a pair of calls, not
         a generator context manager: this runs once per task)."""
         interval = max(ack_wait / 3.0, 0.05)
-        self._held[delivery] = [time.monotonic() + interval, interval]
-        if self._ticker is None or self._ticker.done():
-            self._ticker = asyncio.create_task(self._tick())
+        self._held[delivery] = _Lease(time.monotonic() + interval, interval, queue)
+        self._ticker.start()
 
     def release(self, delivery: Delivery) -> None:
         self._held.pop(delivery, None)
 
+    def _period(self) -> float:
+        smallest = min((lease.interval for lease in self._held.values()), default=MAX_TICK * 2)
+        return min(MAX_TICK, smallest / 2)
+
     async def _tick(self) -> None:
-        while self._held:
-            smallest = min(entry[1] for entry in self._held.values())
-            await asyncio.sleep(min(MAX_TICK, smallest / 2))
-            now = time.monotonic()
-            for delivery, entry in list(self._held.items()):
-                if now >= entry[0]:
-                    entry[0] = now + entry[1]
-                    await self._beat(delivery)
+        now = time.monotonic()
+        for delivery, lease in list(self._held.items()):
+            if now >= lease.next_beat:
+                lease.next_beat = now + lease.interval
+                await self._beat(delivery, lease.queue)
 
     @staticmethod
-    async def _beat(delivery: Delivery) -> None:
+    async def _beat(delivery: Delivery, queue: str) -> None:
         try:
             await delivery.in_progress()
         except TaskqError as exc:  # a missed beat is survivable; the next one may pass
             log.debug("lease extension failed for seq %s: %s", delivery.seq, exc)
             return
-        LEASE_EXTENSIONS.add(1, {"taskq.queue": queue_of(delivery.subject)})
+        LEASE_EXTENSIONS.add(1, {"taskq.queue": queue})
 
     async def close(self) -> None:
-        if self._ticker is not None:
-            self._ticker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._ticker
-
-
-def queue_of(subject: str) -> str:
-    """The queue token of a task subject: `<prefix>.q.<queue>.<task>` or
-    `<prefix>.p.<queue>.<partition>.<task>` (a prefix has no dots, so it is the third)."""
-    parts = subject.split(".", 3)
-    return parts[2] if len(parts) > 2 else ""
+        await self._ticker.close()

@@ -9,7 +9,6 @@ never lost to the rate limit.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 from typing import Any
@@ -19,6 +18,7 @@ from taskq.context import TaskContext
 from taskq.envelope import now_iso
 from taskq.errors import TaskqError
 from taskq.progress import Progress, ensure_progress, write
+from taskq.workers.ticker import Ticker
 
 log = logging.getLogger("taskq.worker")
 
@@ -32,7 +32,8 @@ class ProgressWriter:
         self._pending: dict[str, Progress] = {}
         self._lock = threading.Lock()  # reports come from task threads too
         self._loop = asyncio.get_running_loop()
-        self._ticker: asyncio.Task[None] | None = None
+        self._ticker = Ticker("progress writing", self._tick, lambda: self._interval)
+        self._started = False
         self._ready = False
 
     def report(self, ctx: TaskContext, value: float | dict[str, Any], message: str | None) -> None:
@@ -40,20 +41,15 @@ class ProgressWriter:
         report = Progress(value=value, message=message, attempt=ctx.attempt, at=now_iso())
         with self._lock:
             self._pending[ctx.id] = report
-        if self._ticker is None:
-            self._loop.call_soon_threadsafe(self._start)
-
-    def _start(self) -> None:
-        if self._ticker is None or self._ticker.done():
-            self._ticker = asyncio.create_task(self._tick())
+        if not self._started:  # the first report starts the ticker (from any thread)
+            self._started = True
+            self._loop.call_soon_threadsafe(self._ticker.start)
 
     async def _tick(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval)
-            with self._lock:
-                due, self._pending = self._pending, {}
-            for task_id, report in due.items():
-                await self._write(task_id, report)
+        with self._lock:
+            due, self._pending = self._pending, {}
+        for task_id, report in due.items():
+            await self._write(task_id, report)
 
     async def flush(self, task_id: str) -> None:
         """Write the task's last unwritten report now (before it settles)."""
@@ -72,10 +68,7 @@ class ProgressWriter:
             log.warning("progress of %s not stored: %s", task_id, exc)
 
     async def close(self) -> None:
-        if self._ticker is not None:
-            self._ticker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._ticker
+        await self._ticker.close()
         with self._lock:
             left, self._pending = self._pending, {}
         for task_id, report in left.items():

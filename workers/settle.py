@@ -1,32 +1,61 @@
-"""Settling one judged delivery exactly one way: ack, NAK with a delay, or dead-letter then
-TERM (docs/concepts.md). The task's result record (and workflow step) is written first, so a task
-never leaves its queue without its record; the dead letter is written before the TERM, so a
-message is never in neither place."""
+"""Settling one judged delivery exactly one way: ack, NAK with a delay, dead-letter then
+TERM, or hold (docs/concepts.md). The `Settler` is the one owner of a verdict from its
+judgement to its settle: it writes the verdict's records first (`taskq.workers.writes`), so a
+task never leaves its queue without its record and a message is never in neither place,
+then settles the message, counts it, logs it and tells `after_settle` middleware.
+
+Verdicts that need only their writes and an ack, NAK or TERM are settled together, per turn
+of the event loop (the batching settle path): a finished task hands its verdict over and
+its handler returns at once; everything handed over within one turn is one group, whose
+writes are published pipelined and their acks awaited together; each message is then
+settled only once *its own* writes are stored. A lone task settles on the next loop turn:
+no timer, no added latency. A verdict whose write failed is written again on its own
+(retried while transient), and if that fails too its message is handed back for
+redelivery. `ack_sync` tasks, workflow steps, holds, limits and undecodable messages are
+settled alone, in their handler.
+
+At most `window` grouped verdicts wait for their writes at once; a task finishing beyond
+that keeps its slot until there is room, so the worker fetches no faster than the server
+stores. A server that fsyncs every write (`sync_interval: always`) stores a few thousand a
+second; unbounded, a drain ran tens of thousands of no-op tasks ahead of their records,
+whose acks then missed their 5 s deadline and were written again (bench/README.md).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from taskq.client import Client
-from taskq.dlq.record import ErrorInfo, make_record
-from taskq.dlq.write import Letter, prepare
-from taskq.errors import PayloadTooLarge
-from taskq.flow import final_id
+from taskq.errors import PayloadTooLarge, StorageFull
 from taskq.middleware import Chain, Settled
+from taskq.nats import PubAck
 from taskq.policy import Ack, Cancel, Dead, Decision, Failure, Hold, Nak, Outcome, Success
-from taskq.results import encoded
-from taskq.results import store as store_result
 from taskq.retrying import retry_transient
 from taskq.workers.admission import Admission
 from taskq.workers.job import Job
 from taskq.workers.logs import BUFFERED, SETTLED, write_direct
-from taskq.workers.outcomes import final_record, record_fields, result_record
-from taskq.workers.settle_group import Handed, SettleGroup
-from taskq.workflows import advance
+from taskq.workers.progress import ProgressWriter
+from taskq.workers.writes import Writes, send, store, writes_for
 
 log = logging.getLogger("taskq.worker")
+Sent = tuple[Awaitable[PubAck] | None, Awaitable[PubAck] | None]  # a record's, a letter's ack
+WINDOW = 512  # grouped verdicts waiting for their writes, at most (see the module's doc)
+
+
+@dataclass(slots=True)
+class Verdict:
+    """One delivery's verdict on its way to its settle."""
+
+    job: Job
+    decision: Decision
+    outcome: Outcome | None
+    writes: Writes
 
 
 class Settler:
@@ -36,49 +65,134 @@ class Settler:
         self,
         client: Client,
         stats: Counter[str],
-        admission: Admission | None = None,
-        middleware: Chain | None = None,
+        admission: Admission,
+        middleware: Chain,
+        progress: ProgressWriter,
+        window: int = WINDOW,
     ) -> None:
         self.client = client
         self.stats = stats
-        self.admission = admission
-        self.middleware = middleware  # told of each final verdict (`after_settle`)
-        self.group = SettleGroup(client, self._finish, self.settle_alone)
+        self._admission = admission  # stores held copies (tasks with limits)
+        self._middleware = middleware  # told of each final verdict (`after_settle`)
+        self._progress = progress  # a task's last progress report is stored before it settles
+        self.window = window
+        self._turn: list[Verdict] = []  # handed over during this turn of the loop
+        self._flushing: set[asyncio.Task[None]] = set()
+        self.unsettled = 0  # grouped, not yet settled (or handed back)
+        self.peak = 0
+        self.groups = 0  # groups settled (bench/breakdown.py reports the mean size)
+        self.grouped = 0
+        self._room = asyncio.Event()
+        self._room.set()
 
     async def settle(self, job: Job, decision: Decision, outcome: Outcome | None) -> None:
-        """Settle one verdict: alone when it needs more than its writes and a settle (holds,
-        workflow steps, limits, `ack_sync`, undecodable), else handed to the group (which
-        settles it after this returns)."""
+        """Settle one verdict: grouped when it needs only its writes and a settle (the group
+        settles it after this returns), else alone, before this returns."""
+        if job.context is not None and job.envelope is not None:
+            await self._progress.flush(job.envelope.id)
         if isinstance(decision, Hold):
             await self._hold(job, decision)
-        elif _groupable(job, decision):
-            record = self._encoded(job, decision, outcome)
-            letter = (
-                await self._letter(job, decision, outcome) if isinstance(decision, Dead) else None
-            )
-            await self.group.add(Handed(job, decision, outcome, record, letter))
+            return
+        verdict = Verdict(
+            job, decision, outcome, await writes_for(self.client, job, decision, outcome)
+        )
+        if _groupable(job, decision):
+            await self._join_turn(verdict)
         else:
-            await self.settle_alone(job, decision, outcome)
+            await self.settle_alone(verdict)
 
-    async def settle_alone(self, job: Job, decision: Decision, outcome: Outcome | None) -> None:
-        """Write the verdict's records (acknowledged), then settle its message. A result
+    async def settle_failed(self, job: Job, dead: Dead, failure: Failure) -> None:
+        """Dead-letter a delivery that taskq itself failed on while judging it, alone."""
+        await self.settle_alone(
+            Verdict(job, dead, failure, await writes_for(self.client, job, dead, failure))
+        )
+
+    async def settle_alone(self, verdict: Verdict) -> None:
+        """Store the verdict's writes (each acknowledged), then settle its message. A result
         too large to store, even by claim check, fails the task once and for all (another
         attempt would return as much): a `permanent` dead letter naming size and limit."""
+        job = verdict.job
         try:
-            await self._record(job, decision, outcome)
+            await store(self.client, job, verdict.decision, verdict.outcome, verdict.writes)
         except PayloadTooLarge as exc:
-            if not isinstance(outcome, Success):
+            if not isinstance(verdict.outcome, Success):
                 raise
-            decision, outcome = _unstorable(job, exc)
-            await self._record(job, decision, outcome)
-        await self._finish(job, decision, outcome)
+            dead, failure = _unstorable(job, exc)
+            writes = await writes_for(self.client, job, dead, failure)
+            verdict = Verdict(job, dead, failure, writes)
+            await store(self.client, job, dead, failure, writes)
+        await self._finish(verdict)
 
     async def drain(self) -> None:
-        """Settle every verdict handed to the group so far (before the worker closes)."""
-        await self.group.drain()
+        """Settle every grouped verdict so far (the worker's shutdown waits for this)."""
+        while self._turn or self._flushing:
+            if self._turn:
+                self._flush()
+            await asyncio.gather(*self._flushing, return_exceptions=True)
 
-    async def _finish(self, job: Job, decision: Decision, outcome: Outcome | None) -> None:
-        """Settle the message of a verdict whose records are stored; count it; log it."""
+    # -- the group of one loop turn --------------------------------------------------------
+    async def _join_turn(self, verdict: Verdict) -> None:
+        """Take a verdict into this turn's group; waits while the window is full."""
+        while self.unsettled >= self.window:
+            self._room.clear()
+            await self._room.wait()
+        self.unsettled += 1
+        self.peak = max(self.peak, self.unsettled)
+        self._turn.append(verdict)
+        if len(self._turn) == 1:
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        group, self._turn = self._turn, []
+        if not group:
+            return
+        self.groups += 1
+        self.grouped += len(group)
+        self._spawn(self._settle_group(group))
+
+    async def _settle_group(self, group: list[Verdict]) -> None:
+        """Publish every write of the group now, then settle each message once its own
+        writes are stored; a verdict whose write failed is written again alone."""
+        sent = [await self._send(verdict) for verdict in group]
+        for verdict, acks in zip(group, sent, strict=True):
+            if await _stored(verdict.job, acks):
+                await self._guarded(self._finish, verdict)
+            else:  # its message waits until its writes are stored (or comes back)
+                self._spawn(self._guarded(self.settle_alone, verdict))
+
+    async def _send(self, verdict: Verdict) -> Sent | None:
+        try:
+            return await send(self.client, verdict.job, verdict.writes)
+        except Exception:  # refused before it was sent (e.g. not connected): None
+            return None
+
+    async def _guarded(
+        self, settle: Callable[[Verdict], Awaitable[None]], verdict: Verdict
+    ) -> None:
+        """Never let one message's settle failure touch the others: it is redelivered.
+        Either way its place in the window is free afterwards."""
+        try:
+            await settle(verdict)
+        except Exception:
+            log.exception("unexpected error settling %s; will be redelivered", _tid(verdict.job))
+            with contextlib.suppress(Exception):
+                await verdict.job.delivery.nak(delay=5.0)
+        finally:
+            self.unsettled -= 1
+            self._room.set()
+
+    def _spawn(self, work: Awaitable[None]) -> None:
+        async def run() -> None:
+            await work
+
+        task = asyncio.create_task(run())
+        self._flushing.add(task)
+        task.add_done_callback(self._flushing.discard)
+
+    # -- settling one message --------------------------------------------------------------
+    async def _finish(self, verdict: Verdict) -> None:
+        """Settle the message of a verdict whose writes are stored; count it; log it."""
+        job, decision, outcome = verdict.job, verdict.decision, verdict.outcome
         d = job.delivery
         if isinstance(decision, Ack):
             if job.task is not None and job.task.ack_sync:
@@ -94,82 +208,49 @@ class Settler:
             self.stats[decision.state] += 1
         else:
             assert isinstance(decision, Dead)
-            await self._dead_letter(job, decision, outcome)
+            await d.term(decision.reason)  # its dead letter is stored
             self.stats["dead"] += 1
             self.stats[f"dead:{decision.reason}"] += 1
         _log(job, decision, outcome)
-        if self.middleware is not None and self.middleware.settles_observed:
-            await self.middleware.after_settle(_settled(job, decision, outcome))
-
-    def _encoded(self, job: Job, decision: Decision, outcome: Outcome | None) -> bytes | None:
-        fields = record_fields(job, decision, outcome)
-        return None if fields is None else encoded(fields)
+        if self._middleware.settles_observed:
+            await self._middleware.after_settle(_settled(job, decision, outcome))
 
     async def _hold(self, job: Job, hold: Hold) -> None:
         """Held by a limit: store the held copy (unless an earlier delivery did), then ack;
         nothing is recorded, no attempt is spent (taskq.flowcontrol.held)."""
-        assert self.admission is not None
         if not hold.done:
-            await self.admission.hold(job, hold)
+            await self._admission.hold(job, hold)
         await job.delivery.ack()
         self.stats["held"] += 1
-        await self.admission.after_hold(job)
-        log.debug(
-            "held %s[%s] by %s",
-            job.envelope.task if job.envelope else "?",
-            job.envelope.id if job.envelope else "?",
-            hold.limit,
-        )
+        await self._admission.after_hold(job)
+        log.debug("held %s by %s", _tid(job), hold.limit)
 
-    async def _record(self, job: Job, decision: Decision, outcome: Outcome | None) -> None:
-        envelope = job.envelope
-        if envelope is None:
-            return  # undecodable: no task id anyone could wait on
-        record = result_record(job, decision, outcome)
-        if record is not None:
-            await store_result(self.client, envelope.id, record)
-        if envelope.flow is None:
-            return
-        final = final_id(envelope.flow, envelope.id)
-        if isinstance(decision, Ack) and isinstance(outcome, Success):
-            await advance(self.client, envelope, outcome.value)  # before the ack
-        elif isinstance(decision, Dead | Cancel) and record is not None and final:
-            # the workflow ends visibly: its final task reports this member's error/cancel
-            await store_result(self.client, final, final_record(envelope, record))
 
-    async def _dead_letter(self, job: Job, dead: Dead, outcome: Outcome | None) -> None:
-        """Store the dead letter (unless the settle group did), then TERM: a message is
-        never in neither place."""
-        if not job.lettered:
-            letter = await self._letter(job, dead, outcome)
-            await retry_transient(
-                lambda: self.client.connection.publish(letter.subject, letter.body, letter.headers),
-                what="dead-letter write",
-            )
-        await job.delivery.term(dead.reason)
+async def _stored(job: Job, sent: Sent | None) -> bool:
+    """Whether a verdict's writes are stored (each ack awaited, so no error goes unread).
+    A record refused by a full store does not stop the drain: it is lost, visibly; a dead
+    letter is never given up on."""
+    if sent is None:
+        return False
+    record, letter = sent
+    stored = True
+    if record is not None:
+        try:
+            await record
+        except StorageFull as exc:
+            log.warning("result of task %s not stored: %s", _tid(job), exc)
+        except Exception:
+            stored = False
+    if letter is not None:
+        try:
+            await letter
+        except Exception:
+            stored = False
+    return stored
 
-    async def _letter(self, job: Job, dead: Dead, outcome: Outcome | None) -> Letter:
-        d = job.delivery
-        error = outcome.error if isinstance(outcome, Failure) else None
-        trace = outcome.traceback if isinstance(outcome, Failure) else ""
-        message = dead.detail if dead.detail and error is None else ""
-        record = make_record(
-            envelope=job.envelope,
-            raw=d.data,
-            reason=dead.reason,
-            error=ErrorInfo.of(
-                error, message=message or (str(error) if error else dead.detail), trace=trace
-            ),
-            attempts=job.attempt,
-            queue=job.queue,
-            original_seq=d.seq,
-        )
-        task_name = job.envelope.task if job.envelope else self._subject_task(d.subject)
-        return await prepare(self.client, record, task_name, d.data)
 
-    def _subject_task(self, subject: str) -> str:
-        parsed = self.client.names.parse_queue_subject(subject)
-        return parsed[1] if parsed else "_unknown"
+def _tid(job: Job) -> str:
+    return job.envelope.id if job.envelope is not None else f"seq {job.delivery.seq}"
 
 
 def _settled(job: Job, decision: Decision, outcome: Outcome | None) -> Settled:

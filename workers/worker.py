@@ -12,6 +12,7 @@ import contextlib
 import logging
 import traceback
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 from taskq.app import App
@@ -32,6 +33,7 @@ from taskq.workers.lease import Leases
 from taskq.workers.levels import Levels
 from taskq.workers.limits import Limits
 from taskq.workers.pool import ProcessPool
+from taskq.workers.running import RunningJobs
 from taskq.workers.settle import Settler
 from taskq.workers.setup import QueueSetup, described, prepare
 from taskq.workers.slots import Slots
@@ -78,16 +80,14 @@ class Worker:
         self._threads = TaskThreads(concurrency)  # renewed past hung `def` tasks
         self._setups: dict[str, QueueSetup] = {}
         self._leases = Leases()
+        # made by `run` once connected, each with what it needs
         self._client: Client | None = None
-        self._settler: Settler | None = None
-        self._control: ControlPlane | None = None
-        self._admission: Admission | None = None
+        self._parts: _Parts | None = None
         mine = [t for t in app.tasks.values() if t.queue in self.queues]
         # Spark tasks (if any) run here; `spark` shares a session across workers (tests)
         self._spark = SparkExecutor(app.settings, mine, spark)
         self._pool = _pool_for(mine, pool_size, limits)
-        runners = Runners(self._threads, self._spark, self._slots.lent, self._pool)
-        self._judge = Judge(app, runners, self._leases)
+        self._runners = Runners(self._threads, self._spark, self._slots.lent, self._pool)
         self._failing: dict[str, str] = {}  # fetch loop -> why its last fetch failed
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -110,19 +110,14 @@ class Worker:
         """Run until `stop()`; returns after running tasks are settled (or NAKed at grace).
         A failing start hook raises HookError before anything is fetched."""
         client = self._client = await self.app.client()
-        admission = self._admission = Admission(client)
-        self._settler = Settler(client, self.stats, admission, self.app.middleware)
-        self._judge.admission = admission
         self._setups = await retry_transient(
             lambda: prepare(self.app, client, self.queues), what="worker set-up"
         )
         await self.app.hooks.run_start()
         if self._pool is not None:
             await self._pool.start()
-        self._control = ControlPlane(client, self._judge, self.stats, self.problem)
-        await self._control.start(
-            worker_record(self.queues, self.concurrency, self._pool.size if self._pool else None)
-        )
+        parts = self._parts = self._assemble(client)
+        await parts.control.start()
         self._log_ready()
         loops = [asyncio.create_task(self._consume(key)) for key in self._setups]
         mains = [s for s in self._setups.values() if s.lane is None]
@@ -145,6 +140,26 @@ class Worker:
             await self._shut_down(client, loops)
         if self.lost is not None:
             raise self.lost
+
+    def _assemble(self, client: Client) -> _Parts:
+        """The parts that handle deliveries, each made with what it needs."""
+        admission = Admission(client)
+        running = RunningJobs()
+        pool_size = self._pool.size if self._pool else None
+        record = worker_record(self.queues, self.concurrency, pool_size)
+        control = ControlPlane(client, running, self.stats, record, self.problem)
+        judge = Judge(
+            self.app,
+            self._runners,
+            self._leases,
+            running,
+            control.cancels,
+            control.progress.report,
+            admission,
+        )
+        middleware = self.app.middleware
+        settler = Settler(client, self.stats, admission, middleware, control.progress)
+        return _Parts(admission, control, judge, settler)
 
     def problem(self) -> str | None:
         """Why this worker is unhealthy (a fetch loop whose last fetch failed), or None."""
@@ -201,16 +216,16 @@ class Worker:
         self._slots.wake()
         await asyncio.gather(*loops, return_exceptions=True)
         await self._finish_running()
-        if self._settler is not None:  # verdicts handed to the settle group, settled now
-            await self._settler.drain()
-        if self._control is not None:
-            await self._control.close()
+        parts = self._parts
+        if parts is not None:  # grouped verdicts settled now, then the control plane stops
+            await parts.settler.drain()
+            await parts.control.close()
         if self._pool is not None:
             await self._pool.close()
         await self._spark.close()
         await self._leases.close()
-        if self._admission is not None:
-            await self._admission.close()
+        if parts is not None:
+            await parts.admission.close()
         with contextlib.suppress(TaskqError):
             await client.connection.flush()
         self._threads.shutdown(wait=False, cancel_futures=True)
@@ -308,13 +323,15 @@ class Worker:
 
     # -- handling one delivery --------------------------------------------------------------
     async def _handle(self, job: Job) -> None:
-        assert self._settler is not None and self._control is not None
+        """One delivery from judgement to settle: the judge decides (running the task when
+        it may run), the settler writes and settles exactly one way."""
+        parts = self._parts
+        assert parts is not None
         settling = False
         try:
-            decision, outcome = await self._judge.judge(job)
+            decision, outcome = await parts.judge.judge(job)
             settling = True
-            await self._control.settling(job)
-            await self._settler.settle(job, decision, outcome)
+            await parts.settler.settle(job, decision, outcome)
         except asyncio.CancelledError:
             # Shutdown past grace: another worker runs it, at no cost of an attempt
             with contextlib.suppress(Exception):
@@ -323,8 +340,8 @@ class Worker:
         except Exception as exc:  # whatever one message does, the loop goes on
             await self._failed(job, exc, settling)
         finally:
-            if job.permit and self._admission is not None:  # a per-key slot, after settling
-                await asyncio.shield(self._admission.release(job))
+            if job.task is not None and job.task.flow is not None:  # its per-key slot, if any
+                await asyncio.shield(parts.admission.release(job))
 
     async def _failed(self, job: Job, exc: Exception, settling: bool) -> None:
         """An error taskq did not expect while handling one message. Judging it failed on
@@ -332,7 +349,7 @@ class Worker:
         with the traceback, never redelivered in a loop. A transient NATS failure, or one
         while settling (its verdict may be half written), hands it back for later, as does
         a dead letter that cannot be written."""
-        assert self._settler is not None
+        assert self._parts is not None
         if settling or isinstance(exc, TransientError | BrokerError):
             log.warning("handling seq %s failed, handed back: %r", job.delivery.seq, exc)
         else:
@@ -340,12 +357,22 @@ class Worker:
             try:
                 why = f"taskq failed on this message: {type(exc).__name__}: {exc}"[:500]
                 failure = Failure(exc, traceback.format_exc())
-                await self._settler.settle_alone(job, Dead("crashed", why), failure)
+                await self._parts.settler.settle_failed(job, Dead("crashed", why), failure)
                 return
             except Exception:  # the dead letter could not be written
                 log.exception("dead-lettering seq %s failed; handed back", job.delivery.seq)
         with contextlib.suppress(Exception):
             await job.delivery.nak(delay=5.0)
+
+
+@dataclass(frozen=True)
+class _Parts:
+    """What handles deliveries once the worker is connected."""
+
+    admission: Admission
+    control: ControlPlane
+    judge: Judge
+    settler: Settler
 
 
 def _pool_for(

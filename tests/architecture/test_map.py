@@ -155,10 +155,10 @@ def test_stated_module_counts_match_their_lists() -> None:
 def test_the_checks_can_fail() -> None:
     text = DOC.read_text()
     # a module left out of the map is reported
-    entry = "- `workers/settle_group.py` — "
+    entry = "- `workers/writes.py` — "
     assert entry in text
     cut = "\n".join(line for line in text.splitlines() if not line.startswith(entry))
-    assert missing(cut) == ["workers/settle_group.py"]
+    assert missing(cut) == ["workers/writes.py"]
     # a line naming a file that is gone, and a module named twice, are stale
     extra = text.replace(entry, "- `workers/gone.py` — x\n- `workers/worker.py` — y\n" + entry)
     reported = stale(extra)

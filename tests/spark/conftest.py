@@ -62,14 +62,16 @@ async def spark(spark_session: Any) -> AsyncIterator[SparkRuntime]:
 def spy_outcomes(worker: Worker) -> list[tuple[str, Outcome | None]]:
     """Record (task id, outcome) for every message `worker` judges from now on."""
     seen: list[tuple[str, Outcome | None]] = []
-    judge = worker._judge.judge
+    assert worker._parts is not None, "spy on a running worker"
+    the_judge = worker._parts.judge
+    judge = the_judge.judge
 
     async def spy(job: Any) -> Any:
         decision, outcome = await judge(job)
         seen.append((job.envelope.id if job.envelope else "?", outcome))
         return decision, outcome
 
-    worker._judge.judge = spy  # type: ignore[method-assign]
+    the_judge.judge = spy  # type: ignore[method-assign]
     return seen
 
 

@@ -1,0 +1,46 @@
+"""`RunningJobs`: the attempts under way in one worker, by result key, for the control plane
+(cancels stop them, the heartbeat lists them)."""
+
+from __future__ import annotations
+
+from taskq.registry import RunningTask, stamp
+from taskq.workers.job import Job
+
+
+class RunningJobs:
+    """The jobs whose attempt is running, by their task's result key (`safe_id`)."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, Job] = {}
+
+    def cancel(self, key: str) -> None:
+        """Stop the running attempt of the task with result key `key`, if any: interrupt
+        it where that is possible (async, process pool), else flag it (threads, Spark)."""
+        job = self.jobs.get(key)
+        if job is None:
+            return
+        job.cancel_requested = True
+        if job.context is not None:
+            job.context.cancelled = True
+        interruptible = job.task is not None and (
+            job.task.is_async or job.task.executor == "process"
+        )
+        if interruptible and job.running is not None:
+            job.running.cancel()
+
+    def listed(self) -> list[RunningTask]:
+        """The running attempts as the worker's heartbeat record lists them."""
+        found = []
+        for job in list(self.jobs.values()):
+            if job.envelope is None or job.context is None:
+                continue
+            found.append(
+                RunningTask(
+                    id=job.envelope.id,
+                    task=job.envelope.task,
+                    queue=job.queue,
+                    attempt=job.context.attempt,
+                    started_at=stamp(job.context.started),
+                )
+            )
+        return found

@@ -1,0 +1,54 @@
+"""`Ticker`: the one way the worker does something periodically (extend leases, renew
+per-key slots, write progress, beat its heartbeat).
+
+A ticker runs `tick()` every `interval()` seconds on the worker's loop while `active()` says
+there is something to do, started on demand by `start()` (cheap to call per task: it only
+starts a loop when none runs) and stopped by `close()`. A tick that raises is logged and the
+next tick runs anyway: a periodic job never dies silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+log = logging.getLogger("taskq.worker")
+
+
+class Ticker:
+    """Calls `tick` every `interval()` seconds while `active()` (default: until closed)."""
+
+    def __init__(
+        self,
+        name: str,
+        tick: Callable[[], Awaitable[None]],
+        interval: Callable[[], float],
+        active: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.name = name  # for the log line of a failing tick
+        self._tick = tick
+        self._interval = interval
+        self._active = active
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Run the loop unless it runs already (must be called on the worker's loop)."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        while self._active():
+            await asyncio.sleep(self._interval())
+            try:
+                await self._tick()
+            except Exception:  # the next tick may pass; a dead ticker would hide it
+                log.exception("%s failed; trying again next tick", self.name)
+
+    async def close(self) -> None:
+        """Stop the loop (a tick under way is interrupted) and wait until it has stopped."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task

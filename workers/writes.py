@@ -1,0 +1,109 @@
+"""A verdict's writes, stored before its message settles: the task's result record, its dead
+letter, and for a workflow step the workflow's next step (or its end).
+
+A task never leaves its queue without its record, and a dead letter is stored before the
+TERM, so a message is never in neither place. `send` publishes a verdict's record and dead
+letter pipelined (a settle group awaits many verdicts' acks together); `store` writes them
+one by one, each acknowledged and retried while transient (a verdict settled alone).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from dataclasses import dataclass
+
+from taskq.client import Client
+from taskq.dlq.record import ErrorInfo, make_record
+from taskq.dlq.write import Letter, prepare
+from taskq.dlq.write import send as send_letter
+from taskq.dlq.write import store as store_letter
+from taskq.flow import final_id
+from taskq.ids import safe_id
+from taskq.nats import PubAck
+from taskq.policy import Ack, Cancel, Dead, Decision, Failure, Outcome, Success
+from taskq.results import encoded, store_encoded
+from taskq.results import store as store_result
+from taskq.workers.job import Job
+from taskq.workers.outcomes import final_record, record_fields, result_record
+from taskq.workflows import advance
+
+
+@dataclass(slots=True)
+class Writes:
+    """What one verdict stores before its message settles (None: nothing of that kind)."""
+
+    record: bytes | None  # the result record, encoded
+    letter: Letter | None  # a dead verdict's dead letter
+
+
+async def writes_for(
+    client: Client, job: Job, decision: Decision, outcome: Outcome | None
+) -> Writes:
+    """The record and dead letter of this verdict (an undecodable message has no record:
+    there is no task id anyone could wait on)."""
+    fields = record_fields(job, decision, outcome) if job.envelope is not None else None
+    record = None if fields is None else encoded(fields)
+    letter = await _letter(client, job, decision, outcome) if isinstance(decision, Dead) else None
+    return Writes(record, letter)
+
+
+async def send(
+    client: Client, job: Job, writes: Writes
+) -> tuple[Awaitable[PubAck] | None, Awaitable[PubAck] | None]:
+    """Publish the verdict's writes now; the storage acks of its record and of its dead
+    letter, to await (pipelined; None: no such write)."""
+    record = letter = None
+    if writes.record is not None:
+        assert job.envelope is not None
+        kv, bucket = client.connection.kv, client.names.results_bucket
+        record = await kv.put_nowait(bucket, safe_id(job.envelope.id), writes.record)
+    if writes.letter is not None:
+        letter = await send_letter(client, writes.letter)
+    return record, letter
+
+
+async def store(
+    client: Client, job: Job, decision: Decision, outcome: Outcome | None, writes: Writes
+) -> None:
+    """Write the verdict's record, its workflow's next step or end, and its dead letter, each
+    acknowledged (a record refused by a full store is skipped with a warning)."""
+    envelope = job.envelope
+    if envelope is not None and writes.record is not None:
+        await store_encoded(client, envelope.id, writes.record)
+    if envelope is not None and envelope.flow is not None:
+        final = final_id(envelope.flow, envelope.id)
+        if isinstance(decision, Ack) and isinstance(outcome, Success):
+            await advance(client, envelope, outcome.value)  # before the ack
+        elif isinstance(decision, Dead | Cancel) and final:
+            # the workflow ends visibly: its final task reports this member's error/cancel
+            record = result_record(job, decision, outcome)
+            if record is not None:
+                await store_result(client, final, final_record(envelope, record))
+    if writes.letter is not None:
+        await store_letter(client, writes.letter)
+
+
+async def _letter(client: Client, job: Job, dead: Dead, outcome: Outcome | None) -> Letter:
+    d = job.delivery
+    error = outcome.error if isinstance(outcome, Failure) else None
+    trace = outcome.traceback if isinstance(outcome, Failure) else ""
+    message = dead.detail if dead.detail and error is None else ""
+    record = make_record(
+        envelope=job.envelope,
+        raw=d.data,
+        reason=dead.reason,
+        error=ErrorInfo.of(
+            error, message=message or (str(error) if error else dead.detail), trace=trace
+        ),
+        attempts=job.attempt,
+        queue=job.queue,
+        original_seq=d.seq,
+    )
+    return await prepare(client, record, _task_name(client, job), d.data)
+
+
+def _task_name(client: Client, job: Job) -> str:
+    if job.envelope is not None:
+        return job.envelope.task
+    parsed = client.names.parse_queue_subject(job.delivery.subject)
+    return parsed[1] if parsed else "_unknown"
