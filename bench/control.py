@@ -18,7 +18,7 @@ from pathlib import Path
 
 from bench.run import RESULTS, fresh_prefix
 from taskq import App
-from taskq.registry import WorkerRecord, ensure_workers
+from taskq.records.heartbeats import WorkerRecord, ensure_workers
 from taskq.server import EmbeddedServer
 from taskq.workers import Worker
 

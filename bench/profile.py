@@ -28,7 +28,10 @@ from bench.run import RESULTS, ROOT
 # (part, what marks it in a stack frame: a substring of "function (file)"), innermost wins
 PARTS: list[tuple[str, tuple[str, ...]]] = [
     ("log line", ("workers/logs.py", "settle.py:_log", "_log (workers/settle.py", "logging/")),
-    ("result record: build and encode", ("workers/outcomes.py", "taskq/results.py", "_encoded")),
+    (
+        "result record: build and encode",
+        ("workers/outcomes.py", "taskq/records/results.py", "_encoded"),
+    ),
     (
         "publish pipeline (records): send, await, acks read",
         ("taskq/nats/pipeline.py", "taskq/nats/kv.py", "publish_nowait", "workers/writes.py"),
@@ -37,11 +40,11 @@ PARTS: list[tuple[str, tuple[str, ...]]] = [
     (
         "decode the envelope",
         (
-            "decode (taskq/envelope.py",
+            "decode (taskq/records/envelope.py",
             "_json_object",
             "_slow_json",
             "_check_",
-            "_flow (taskq/envelope.py",
+            "_flow (taskq/records/envelope.py",
             "Judge._decode",
             "parse_queue_subject",
         ),

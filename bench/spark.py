@@ -23,7 +23,7 @@ from taskq import App
 from taskq.cli.main import run_async
 from taskq.server import EmbeddedServer
 from taskq.workers import Worker
-from taskq.workers.spark_session import SparkRuntime
+from taskq.workers.spark.session import SparkRuntime
 
 
 def square(i: int) -> int:

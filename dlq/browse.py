@@ -11,9 +11,9 @@ from pydantic import ValidationError
 
 from taskq.client import ClientSource
 from taskq.dlq.record import DeadLetter
-from taskq.envelope import parse_time
 from taskq.errors import NotFound
 from taskq.nats import StoredMessage
+from taskq.records.clock import parse_time
 from taskq.topology.names import Names
 
 log = logging.getLogger("taskq.dlq")

@@ -22,10 +22,11 @@ from pydantic import (
     model_serializer,
 )
 
-from taskq.envelope import Envelope, now_iso
-from taskq.places import ID_HEADER as ID_HEADER  # part of a dead letter's sealing context
 from taskq.policy import DeadReason
-from taskq.registry import worker_name
+from taskq.records.clock import now_iso
+from taskq.records.envelope import Envelope
+from taskq.records.heartbeats import worker_name
+from taskq.records.places import ID_HEADER as ID_HEADER  # part of a dead letter's sealing context
 
 REASONS: tuple[str, ...] = (
     "exhausted",
@@ -161,6 +162,22 @@ class DeadLetter(BaseModel):
         """The task name (`_unknown` when the original has none)."""
         known = None if isinstance(self.message, RawOriginal) else self.message.task
         return known or "_unknown"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Its JSON view (`taskq dlq ls --json`, the dashboard's `/api/dlq`): a stable schema
+        for scripts, without the traceback or the original's body."""
+        return {
+            "id": self.id,
+            "seq": self.seq,
+            "task": self.task,
+            "queue": self.queue,
+            "reason": self.reason,
+            "attempts": self.attempts,
+            "error": {"type": self.error.type, "message": self.error.message},
+            "failed_at": self.failed_at,
+            "worker": self.worker,
+            "original_seq": self.original_seq,
+        }
 
     def body(self) -> bytes:
         """The record as the DLQ message body."""

@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from taskq.client import Client, ClientSource
 from taskq.dlq.oversize import discard_blob, original_bytes
 from taskq.dlq.record import DeadLetter, EnvelopeOriginal
-from taskq.envelope import MSG_ID, TASK_HEADER, now_iso
 from taskq.errors import TaskqError
 from taskq.ids import safe_id
 from taskq.nats import PubAck
+from taskq.records.clock import now_iso
+from taskq.records.envelope import MSG_ID, TASK_HEADER
 from taskq.topology.names import check_queue
 
 CHUNK = 256

@@ -17,9 +17,9 @@ import logging
 from taskq.client import Client
 from taskq.dlq.record import ErrorInfo, make_record
 from taskq.dlq.write import publish_record
-from taskq.envelope import MSG_ID, decode
 from taskq.errors import DecodeError, TaskqError, TransientError
 from taskq.nats import Delivery, StoredMessage
+from taskq.records.envelope import MSG_ID, decode
 from taskq.retrying import retry_transient
 from taskq.topology.specs import events_consumer
 

@@ -17,7 +17,7 @@ from typing import Any
 from taskq.client import Client, ClientSource
 from taskq.dlq.browse import Filters, iter_stored
 from taskq.dlq.record import BlobOriginal, DeadLetter
-from taskq.dlq.setup import ensure_dlq
+from taskq.dlq.stream import ensure_dlq
 from taskq.errors import TaskqError
 
 FORMAT = 1

@@ -29,7 +29,7 @@ from taskq.errors import (
 from taskq.handle import TaskHandle
 from taskq.middleware import Middleware, Settled
 from taskq.task import Signature, Task
-from taskq.workflows import GroupHandle, chain, chord, group
+from taskq.workflows.canvas import GroupHandle, chain, chord, group
 
 __version__ = "0.1.0"
 

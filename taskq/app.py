@@ -12,18 +12,18 @@ from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import Any, TypeVar, overload
 
-from taskq import queue_control, task_list
 from taskq.batching import Batching
 from taskq.client import Client
 from taskq.errors import ConfigError
-from taskq.firings import check_catch_up
 from taskq.handle import TaskHandle
 from taskq.hooks import Hook, Hooks
 from taskq.middleware import Chain
+from taskq.operate import queue_control, task_list
+from taskq.operate.queue_control import QueuePause
 from taskq.policy import RetryPolicy
 from taskq.portal import Portal
-from taskq.queue_control import QueuePause
-from taskq.schedules import Periodic, expression
+from taskq.records.firings import check_catch_up
+from taskq.records.schedules import Periodic, expression
 from taskq.settings import Settings
 from taskq.task import Task, TaskSpec
 from taskq.telemetry import Telemetry
@@ -219,7 +219,7 @@ class App:
         """Queues that registered tasks use, in declaration order."""
         return list(dict.fromkeys(t.queue for t in self.tasks.values()))
 
-    # -- operating queues (every partition at once; see taskq.queue_control) ---------------
+    # -- operating queues (every partition at once; see taskq.operate.queue_control) ---------------
     async def pause_queue(
         self, queue: str, for_: float | timedelta | None = None, until: datetime | None = None
     ) -> QueuePause:
@@ -235,7 +235,7 @@ class App:
         """Remove the tasks `queue` holds (only `task`'s, if given); returns how many."""
         return await queue_control.purge_queue(self, queue, task)
 
-    # -- looking at tasks (see taskq.task_list) ----------------------------------------------
+    # -- looking at tasks (see taskq.operate.task_list) -----------------------------------
     async def recent_tasks(
         self,
         *,
@@ -316,7 +316,7 @@ def _check_executor(
 def _check_flow(task: Task[Any, Any], duplicate_window: float) -> None:
     """Limits a task cannot have: on batch items (no judge per item), or with a lease so
     long that a held task's crash-window check outlives the dedup window it relies on."""
-    if task.flow is None:
+    if task.limits is None:
         return
     if task.batch is not None:
         raise ConfigError(f"task {task.name!r}: batch tasks take no concurrency or rate limits")

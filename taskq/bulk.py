@@ -11,10 +11,10 @@ from collections.abc import Awaitable
 from typing import Any
 
 from taskq.client import Client, Published
-from taskq.envelope import MSG_ID, TASK_HEADER, Envelope
 from taskq.errors import TaskqError
 from taskq.ids import safe_id
 from taskq.nats import PubAck
+from taskq.records.envelope import MSG_ID, TASK_HEADER, Envelope
 from taskq.retrying import retry_transient
 
 WINDOW = 2048  # acks outstanding at once: bounds memory and the server's pending replies

@@ -1,7 +1,7 @@
 """The Client: one connection to NATS for one event loop, and what it has learned.
 
-An App (the registry) hands out one Client per running event loop; tools that need no
-registry (the CLI, the DLQ commands) connect a Client from settings alone. Everything that
+An App (its task registry) hands out one Client per running event loop; tools that need no
+task registry (the CLI, the DLQ commands) connect a Client from settings alone. Everything that
 talks to the server (tasks, handles, results, workflows, schedules, the worker) goes through
 a Client, so its caches (queues ensured, partition layouts) live and die with its connection.
 """
@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from taskq.envelope import MSG_ID, TASK_HEADER, Envelope
 from taskq.ids import safe_id
 from taskq.nats import Connection
+from taskq.records.envelope import MSG_ID, TASK_HEADER, Envelope
 from taskq.retrying import retry_transient
 from taskq.settings import Settings
 from taskq.topology.names import Names
@@ -136,7 +136,7 @@ class Client:
         if lane:
             subject = self.names.lane_subject(queue, envelope.task, part)
         elif level != 5:
-            subject = self.names.rank_subject(queue, level, envelope.task, part)
+            subject = self.names.level_subject(queue, level, envelope.task, part)
         else:
             subject = self.names.queue_subject(queue, envelope.task, part)
         return envelope.addressed(queue, subject)

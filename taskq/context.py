@@ -14,10 +14,11 @@ from contextvars import ContextVar, Token
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from taskq.envelope import Envelope, parse_time
 from taskq.errors import NoTaskContext
 from taskq.policy import RetryPolicy
-from taskq.progress import checked
+from taskq.records.clock import parse_time
+from taskq.records.envelope import Envelope
+from taskq.records.progress import checked
 
 _CURRENT: ContextVar[TaskContext | None] = ContextVar("taskq_current", default=None)
 # where `progress()` goes: the worker's writer (or, in a pool process, the pipe to it)

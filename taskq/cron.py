@@ -30,8 +30,8 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from taskq.envelope import parse_time
 from taskq.errors import ConfigError
+from taskq.records.clock import SECONDS, parse_time
 
 SHORTHANDS = {
     "@yearly": "0 0 0 1 1 *",
@@ -43,7 +43,6 @@ SHORTHANDS = {
     "@hourly": "0 0 * * * *",
 }
 _EVERY = re.compile(r"^@every (\d+)(s|m|h)$")
-_UNIT = {"s": 1, "m": 60, "h": 3600}
 _MONTHS = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
 _DAYS = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"]
 # (field, lowest, highest, names from `lowest` on), in the expression's order
@@ -215,7 +214,7 @@ _DIGITS = re.compile(r"\+?[0-9]+")
 def every_seconds(expression: str) -> int | None:
     """The interval of an `@every <n>s|m|h` expression in seconds (None: not one)."""
     every = _EVERY.match(expression)
-    return None if every is None else int(every.group(1)) * _UNIT[every.group(2)]
+    return None if every is None else int(every.group(1)) * SECONDS[every.group(2)]
 
 
 def next_fire(expression: str, stored_at: datetime, now: datetime) -> datetime | None:

@@ -6,12 +6,12 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from taskq import unrecorded
-from taskq.cancels import CancelReport, cancel
 from taskq.client import ClientSource, Published
 from taskq.errors import TaskDropped
-from taskq.progress import Progress, latest, watch
-from taskq.results import ResultRecord, fetch, wait
+from taskq.operate import unrecorded
+from taskq.records.cancels import CancelReport, cancel
+from taskq.records.progress import Progress, latest, watch
+from taskq.records.results import ResultRecord, fetch, wait
 
 if TYPE_CHECKING:
     from taskq.portal import Portal
@@ -75,7 +75,7 @@ class TaskHandle:
     async def status(self) -> str:
         """`queued` (no record yet), `failed` (retrying), `succeeded`, `dead`, `cancelled`
         or `dropped`. A `store_result=False` task, whose success writes no record, is
-        `succeeded` once its message left the queue without a failure (taskq.unrecorded);
+        `succeeded` once its message left the queue without a failure (taskq.operate.unrecorded);
         a bare id's handle with no record and no message anywhere is `unknown`."""
         if self._unrecorded():
             return await unrecorded.state(self._app(), self.id)
@@ -98,7 +98,7 @@ class TaskHandle:
 
     async def cancel(self) -> CancelReport:
         """Cancel the task: one not started never runs; a running one is stopped (see
-        `taskq.cancels`). The report says what was found: `cancelled`, `cancelling`
+        `taskq.records.cancels`). The report says what was found: `cancelled`, `cancelling`
         (running: its worker stops it), `finished` (too late) or `unknown`."""
         return await cancel(self._app(), self.id)
 

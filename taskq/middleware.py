@@ -31,8 +31,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from taskq.envelope import Envelope
 from taskq.errors import ConfigError
+from taskq.records.envelope import Envelope
 
 if TYPE_CHECKING:
     from taskq.context import TaskContext

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from taskq.errors import ConfigError
-from taskq.sealing import Sealer, parse_key
+from taskq.records.sealing import Sealer, parse_key
 from taskq.topology.names import check_prefix
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
@@ -76,7 +76,7 @@ class Settings(BaseModel):
     # an explicit backstop replaces the computed one (the sweeper dead-letters what hits it)
     max_deliver: int | None = Field(default=None, ge=1)
     max_ack_pending: int = Field(default=20_000, ge=1)
-    # encryption at rest (taskq.sealing): URL-safe base64 of 32 bytes (bytes accepted);
+    # encryption at rest (taskq.records.sealing): URL-safe base64 of 32 bytes (bytes accepted);
     # old keys still open what they sealed; plaintext task messages are refused unless allowed
     encryption_key: str | None = Field(default=None, repr=False)
     old_keys: tuple[str, ...] = Field(default=(), repr=False)

@@ -17,7 +17,6 @@ from taskq.arguments import ArgsValidator
 from taskq.batching import Batching
 from taskq.bulk import publish_many, split
 from taskq.client import ClientSource, Published
-from taskq.envelope import Envelope, format_time, now_iso
 from taskq.errors import ConfigError, TaskqError
 from taskq.flowcontrol import gates
 from taskq.flowcontrol.gates import Gate
@@ -27,7 +26,9 @@ from taskq.ids import check_key, new_id
 from taskq.middleware import Chain
 from taskq.policy import DEFAULT_ACK_WAIT, RetryPolicy
 from taskq.portal import Portal
-from taskq.schedules import due_time
+from taskq.records.clock import format_time, now_iso
+from taskq.records.envelope import Envelope
+from taskq.records.schedules import due_time
 from taskq.topology.names import check_queue
 
 P = ParamSpec("P")
@@ -125,11 +126,11 @@ class Task(Generic[P, R]):
         self.is_async = inspect.iscoroutinefunction(fn)
         skip = 1 if spec.executor == "spark" and spec.batch is None else 0
         self.validator = ArgsValidator(fn, spec.name, skip_first=skip)
-        # None for a task without limits: the worker's whole check is `task.flow is None`
-        self.flow = flow_limits(
+        # None for a task without limits: the worker's whole check is `task.limits is None`
+        self.limits = flow_limits(
             spec.name, self.validator.signature, self.ack_wait, _flow_options(spec)
         )
-        self.lane = self.flow is not None and self.flow.lane  # published to its own lane
+        self.lane = self.limits is not None and self.limits.lane  # published to its own lane
         self.priority = check_priority(spec.name, spec.priority)
         self.middleware_options = spec.middleware_options
         self.__doc__ = fn.__doc__
@@ -205,7 +206,7 @@ class Task(Generic[P, R]):
         """Place `envelope` in `queue`, run the enqueue middleware, publish it. A partition
         is picked by `key`, else the id (`fresh`: round robin); `priority` (None: the
         task's) picks the level's subject. A future `eta` in the envelope makes the first
-        worker to see it store it as a schedule (taskq.schedules)."""
+        worker to see it store it as a schedule (taskq.records.schedules)."""
         client = await self.app.client()
         part = await client.place_message(queue, envelope.id, key, fresh)
         sent: list[Published] = []

@@ -22,9 +22,10 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from taskq.context import TaskContext
-from taskq.envelope import Envelope, parse_time
 from taskq.middleware import Middleware, Run, Send
 from taskq.policy import Ack, Failure, Nak, Success, decide
+from taskq.records.clock import parse_time
+from taskq.records.envelope import Envelope
 
 _tracer = trace.get_tracer("taskq")  # a proxy: picks up a provider configured later
 _meter = metrics.get_meter("taskq")

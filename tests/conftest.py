@@ -9,22 +9,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 from taskq import App
 from taskq.server import EmbeddedServer
 from taskq.workers import Worker
+from tests.cluster import DEPLOY, Cluster, shipped_on_loopback
 
 ROOT = Path(__file__).resolve().parent.parent
+# seconds after which a call that must return (an answer, a refusal) is taken to hang: a
+# deadline that only catches a hang, never a slow machine (speed is measured in bench/)
+HANG = 60.0
+T = TypeVar("T")
 
 
 def cli_argv(url: str, prefix: str, *args: str) -> list[str]:
@@ -71,6 +77,32 @@ def secure_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Embedded
     server.stop()
 
 
+# Clusters that take seconds to start and elect, shared by the tests that only use them
+# (tests/test_cluster.py, test_deploy.py, test_doctor.py): one per test process, so with
+# `-n 2` at most two starts, one when those tests land in the same process. A test using one
+# leaves it as it found it: no node stopped, no server joined, nothing left waiting in a
+# queue; each keeps to a prefix of its own (the shipped roles' `taskq` aside).
+@pytest.fixture(scope="session")
+def three_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A plain 3-node cluster on loopback (tests/cluster.py); `await nodes.ready()` first."""
+    nodes = Cluster(tmp_path_factory.mktemp("three-nodes")).start()
+    yield nodes
+    nodes.close()
+
+
+@pytest.fixture(scope="session")
+def shipped_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """deploy/nats/cluster/*.conf as shipped (with accounts.conf), moved to loopback ports
+    (tests/cluster.py `shipped_on_loopback`); wait with `tests.cluster.ready` as operator."""
+    root = tmp_path_factory.mktemp("shipped-cluster")
+    shutil.copy(DEPLOY / "nats" / "accounts.conf", root / "accounts.conf")
+    (root / "cluster").mkdir()
+    nodes = Cluster(root / "cluster", ["nats-1", "nats-2", "nats-3"], shipped_on_loopback)
+    nodes.start()
+    yield nodes
+    nodes.close()
+
+
 @pytest.fixture
 def nats_url(nats_server: EmbeddedServer) -> str:
     return nats_server.url
@@ -92,7 +124,7 @@ async def app(nats_url: str, prefix: str) -> AsyncIterator[App]:
 @pytest.fixture
 async def keyed(nats_url: str, prefix: str) -> AsyncIterator[App]:
     """An app on this test's server and prefix with an encryption key of its own."""
-    from taskq.sealing import new_key
+    from taskq.records.sealing import new_key
 
     application = App(url=nats_url, prefix=prefix, encryption_key=new_key())
     yield application
@@ -126,6 +158,19 @@ async def wait_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s")
         await asyncio.sleep(every)
+
+
+async def finishes(call: Awaitable[T], what: str, timeout: float = HANG) -> T:
+    """Await `call`; fail the test saying `what` hung if it has not returned or raised by
+    `timeout` (it only catches a hang: how fast it returns is not checked)."""
+    deadline = asyncio.timeout(timeout)
+    try:
+        async with deadline:
+            return await call
+    except TimeoutError:
+        if deadline.expired():
+            raise AssertionError(f"{what} hung: no answer within {timeout:g} s") from None
+        raise
 
 
 async def run_one_task(app: App) -> None:

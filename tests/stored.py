@@ -1,9 +1,14 @@
 """Reading what the server stores, for tests that check what is (not) in it: every body of
-a prefix's streams, an object store's chunk count, and a marker no stored byte may hold."""
+a prefix's streams, an object store's chunk count, and a marker no stored byte may hold;
+and writing result records straight into the results bucket, for the task-list tests."""
 
 from __future__ import annotations
 
+import asyncio
+
 from taskq import App
+from taskq.client import Client
+from taskq.records.results import encoded, ensure_results
 
 MARKER = "s3cret-Marker-7x"  # must appear nowhere in the server's stored bytes
 
@@ -34,3 +39,21 @@ async def chunks(app: App, bucket: str) -> int:
         return 0
     state = await broker.streams.state(stream, f"$O.{bucket}.C.>")
     return sum(state.subjects.values())
+
+
+async def write_records(app: App, count: int, start: int = 0) -> list[str]:
+    """`count` result records, pipelined, ids `id<n:06d>` from `start`: task `t<n % 3>`,
+    queue `q<n % 2>`, state by `n % 4` (succeeded, dead, failed, succeeded)."""
+    client: Client = await app.client()
+    await ensure_results(client)
+    states = ("succeeded", "dead", "failed", "succeeded")
+    ids, acks = [], []
+    for n in range(start, start + count):
+        task_id = f"id{n:06d}"
+        body = encoded({"state": states[n % 4], "task": f"t{n % 3}", "queue": f"q{n % 2}"})
+        ids.append(task_id)
+        acks.append(
+            await client.connection.kv.put_nowait(client.names.results_bucket, task_id, body)
+        )
+    await asyncio.gather(*acks)
+    return ids

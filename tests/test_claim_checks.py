@@ -124,7 +124,7 @@ async def test_large_bodies_through_schedules_and_parking_still_run(
     woken with its body; every object is gone once its task settled."""
     from asyncio import Event
 
-    from taskq.sealing import new_key
+    from taskq.records.sealing import new_key
     from tests.stored import chunks
 
     app = App(url=nats_url, prefix=prefix, encryption_key=new_key())

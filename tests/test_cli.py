@@ -15,7 +15,7 @@ import pytest
 from taskq import __version__ as taskq_version
 from taskq.ports import lease_port
 from taskq.server import port_open
-from tests.conftest import ROOT
+from tests.conftest import HANG, ROOT
 
 APP = "tests.apps.ledger:app"
 
@@ -100,9 +100,10 @@ def test_server_command_runs_in_foreground_and_stops_on_sigterm(tmp_path: Path) 
         stdin=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + HANG  # only catches a server that never listens
         while not port_open("127.0.0.1", port):
-            assert proc.poll() is None and time.monotonic() < deadline
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            assert time.monotonic() < deadline, f"`taskq server` not listening after {HANG:g} s"
             time.sleep(0.05)
         assert (tmp_path / "store").is_dir()
         # by default the server fsyncs every write (docs/operations.md#durability)

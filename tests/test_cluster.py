@@ -84,12 +84,13 @@ async def test_stream_leader_killed_soak(cluster: Cluster, tmp_path: Path) -> No
     await run_leader_kill(cluster, tmp_path, 20000)
 
 
-async def test_cancel_on_r3_queues_leaves_them_taking_tasks(cluster: Cluster) -> None:
+async def test_cancel_on_r3_queues_leaves_them_taking_tasks(three_nodes: Cluster) -> None:
     """Cancelling a task on R3 queue streams asks each stream's dedup window with a probe
     publish the leader refuses before it proposes anything; the queue goes on storing and
     running tasks. (The probe once carried an expected last message id, which an R3
     stream's replicas failed to apply: the stream stopped taking publishes.)"""
-    app = App(url=cluster.url, prefix="r" + uuid.uuid4().hex[:8], replicas=3)
+    await three_nodes.ready()
+    app = App(url=three_nodes.url, prefix="r" + uuid.uuid4().hex[:8], replicas=3)
     ran: list[int] = []
 
     @app.task

@@ -16,7 +16,7 @@ import pytest
 
 import taskq
 from taskq import App, TaskCancelled, chain
-from taskq.registry import list_workers
+from taskq.records.heartbeats import list_workers
 from tests.apps import cpu
 from tests.conftest import run_cli, running_worker, wait_until
 

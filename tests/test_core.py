@@ -182,7 +182,7 @@ async def test_sync_task_lease_is_kept_too(app: App) -> None:
     async with running_worker(app) as worker:
         await long_sync.enqueue()
         await wait_until(lambda: worker.stats["succeeded"] == 1, timeout=20)
-        await asyncio.sleep(1.5)
+        await asyncio.sleep(1.5)  # longer than ack_wait: a lost lease would redeliver now
     assert runs == [1]
 
 
@@ -227,7 +227,7 @@ async def test_expired_task_is_dead_lettered_without_running(app: App) -> None:
         ran.append(1)
 
     await late.options(expires=0.01).enqueue()
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.05)  # the expiry itself: past it before any worker sees the task
     async with running_worker(app) as worker:
         await wait_until(lambda: worker.stats["dead:expired"] == 1)
     assert ran == []

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from taskq import App, ConfigError
 from taskq.cron import parse_cron
 from taskq.errors import BrokerError
-from taskq.schedules import SCHEDULE, TARGET
+from taskq.records.schedules import SCHEDULE, TARGET
 from taskq.topology.specs import timer_stream
 from tests.conftest import cli_argv
 

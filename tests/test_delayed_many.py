@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from taskq import App
-from taskq.results import fetch
+from taskq.records.results import fetch
 from tests.apps import ledger
 from tests.conftest import run_cli, running_worker, wait_until
 

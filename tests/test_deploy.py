@@ -128,7 +128,7 @@ def test_compose_mounts_keep_the_include_paths() -> None:
         assert node["command"] == ["-c", f"/etc/nats/cluster/{name}.conf"]
 
 
-async def test_the_secured_deploy_cluster_runs_tasks_on_r3(tmp_path: Path) -> None:
+async def test_the_secured_deploy_cluster_runs_tasks_on_r3(shipped_cluster: Cluster) -> None:
     """deploy/nats/cluster/*.conf as shipped (with accounts.conf), moved to loopback ports:
     the operator provisions R3 streams, the worker role runs what the producer role
     enqueues."""
@@ -137,13 +137,10 @@ async def test_the_secured_deploy_cluster_runs_tasks_on_r3(tmp_path: Path) -> No
     from tests.conftest import running_worker, wait_until
     from tests.roles import provisioned
 
-    shutil.copy(DEPLOY / "nats" / "accounts.conf", tmp_path / "accounts.conf")
-    (tmp_path / "cluster").mkdir()
-    nodes = Cluster(tmp_path / "cluster", ["nats-1", "nats-2", "nats-3"], shipped_on_loopback)
+    url = shipped_cluster.url
+    await ready(url, user="operator", password="operator-secret")
+    roles = {r: App(url=url, replicas=3, **credentials(r)) for r in ("worker", "producer")}
     try:
-        url = nodes.start().url
-        await ready(url, user="operator", password="operator-secret")
-        roles = {r: App(url=url, replicas=3, **credentials(r)) for r in ("worker", "producer")}
         for app in roles.values():
 
             @app.task(name="double")
@@ -158,10 +155,9 @@ async def test_the_secured_deploy_cluster_runs_tasks_on_r3(tmp_path: Path) -> No
         broker = (await roles["worker"].client()).connection
         stream = roles["worker"].names.queue_stream("default")
         assert (await broker.streams.state(stream)).replicas == 3
+    finally:
         for app in roles.values():
             await app.aclose()
-    finally:
-        nodes.close()
 
 
 ROGUE = """

@@ -51,7 +51,7 @@ async def test_every_reason_is_produced(app: App, prefix: str) -> None:
 
     broker = (await app.client()).connection
     await typed.options(expires=0.001).enqueue(1)
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0.01)  # the expiry itself: past it before the worker starts
     async with running_worker(app) as worker:
         await fails.enqueue()
         await rejects.enqueue()

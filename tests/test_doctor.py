@@ -26,7 +26,7 @@ from taskq.doctor.versions import judge_versions, parse_version
 from taskq.ports import lease_port, release_port
 from taskq.server import EmbeddedServer
 from taskq.settings import Settings
-from tests.cluster import DEPLOY, Cluster, shipped_on_loopback
+from tests.cluster import DEPLOY, Cluster
 from tests.conftest import ROOT, running_worker, wait_until
 from tests.roles import credentials, provisioned, role_env
 
@@ -195,14 +195,12 @@ def test_a_worker_user_with_more_rights_than_shipped_is_a_warning(tmp_path: Path
     assert "worker permissions of deploy/nats/accounts.conf" in rights["fix"]
 
 
-async def test_an_r1_stream_on_a_three_node_cluster_warns(tmp_path: Path, prefix: str) -> None:
-    cluster = Cluster(tmp_path).start()
-    try:
-        await cluster.ready()
-        await make_a_stream(cluster.url, prefix)  # R1: TASKQ_REPLICAS not set
-        found = report(cluster.url, prefix=prefix)
-    finally:
-        cluster.close()
+async def test_an_r1_stream_on_a_three_node_cluster_warns(
+    three_nodes: Cluster, prefix: str
+) -> None:
+    await three_nodes.ready()
+    await make_a_stream(three_nodes.url, prefix)  # R1: TASKQ_REPLICAS not set
+    found = report(three_nodes.url, prefix=prefix)
     assert found["servers"]["status"] == "ok"
     assert "of 3 nodes" in found["servers"]["detail"]
     assert found["servers"]["detail"].count("nats://127.0.0.1:") == 3
@@ -258,37 +256,32 @@ async def test_the_shipped_secure_single_node_passes_as_the_operator(tmp_path: P
     assert lines[-1] == "doctor: 8 ok, 0 warn, 0 fail"
 
 
-async def test_the_shipped_secured_cluster_passes_with_r3_streams(tmp_path: Path) -> None:
-    """deploy/nats/cluster/*.conf as shipped (on loopback, as tests/test_deploy.py starts
+async def test_the_shipped_secured_cluster_passes_with_r3_streams(shipped_cluster: Cluster) -> None:
+    """deploy/nats/cluster/*.conf as shipped (on loopback, as tests/test_deploy.py uses
     them), once R3 streams exist: servers, sync and replicas ok with every node's monitoring
     URL; with one node's only, the sync of the other two is unknown (a warning)."""
     from tests.cluster import ready
 
-    shutil.copy(DEPLOY / "nats" / "accounts.conf", tmp_path / "accounts.conf")
-    (tmp_path / "cluster").mkdir()
-    nodes = Cluster(tmp_path / "cluster", ["nats-1", "nats-2", "nats-3"], shipped_on_loopback)
+    nodes = shipped_cluster
+    url = nodes.url
+    await ready(url, user="operator", password="operator-secret")
+    worker = App(url=url, prefix="taskq", replicas=3, **credentials("worker"))
+
+    @worker.task
+    async def noop() -> None: ...
+
     try:
-        url = nodes.start().url
-        await ready(url, user="operator", password="operator-secret")
-        worker = App(url=url, prefix="taskq", replicas=3, **credentials("worker"))
-
-        @worker.task
-        async def noop() -> None: ...
-
-        try:
-            await provisioned(url, worker, replicas=3)  # the queue's streams and buckets, R3
-            async with running_worker(worker) as running:
-                await noop.enqueue()
-                await wait_until(lambda: running.stats["succeeded"] == 1, timeout=30)
-        finally:
-            await worker.aclose()
-        monitors = [monitor_of(nodes.servers[n]) for n in nodes.names]
-        env = {**role_env("operator"), "TASKQ_REPLICAS": "3"}
-        every = [arg for m in monitors for arg in ("--monitor", m)]
-        found = report(url, *every, env=env)
-        one = report(url, "--monitor", monitors[0], env=env)
+        await provisioned(url, worker, replicas=3)  # the queue's streams and buckets, R3
+        async with running_worker(worker) as running:
+            await noop.enqueue()
+            await wait_until(lambda: running.stats["succeeded"] == 1, timeout=30)
     finally:
-        nodes.close()
+        await worker.aclose()
+    monitors = [monitor_of(nodes.servers[n]) for n in nodes.names]
+    env = {**role_env("operator"), "TASKQ_REPLICAS": "3"}
+    every = [arg for m in monitors for arg in ("--monitor", m)]
+    found = report(url, *every, env=env)
+    one = report(url, "--monitor", monitors[0], env=env)
     assert {c: found[c]["status"] for c in CHECKS} == dict.fromkeys(CHECKS, "ok"), found
     servers = found["servers"]["detail"]
     assert servers.endswith("; cluster taskq of 3 nodes"), servers

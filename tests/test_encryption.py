@@ -1,4 +1,4 @@
-"""Encryption at rest (taskq.sealing): what the server stores holds no plaintext; a worker
+"""Encryption at rest (taskq.records.sealing): what the server stores holds no plaintext; a worker
 without the key dead-letters as `undecodable` and carries on; old keys still open their
 tasks; plaintext task messages are refused unless the app allows them."""
 
@@ -17,8 +17,8 @@ from taskq import App, ConfigError
 from taskq.dlq.browse import list_dead
 from taskq.dlq.record import RawOriginal
 from taskq.errors import DecodeError
-from taskq.results import fetch, wait
-from taskq.sealing import MAGIC, is_sealed, new_key, sealed_with
+from taskq.records.results import fetch, wait
+from taskq.records.sealing import MAGIC, is_sealed, new_key, sealed_with
 from taskq.settings import Settings
 from tests.conftest import run_cli, running_worker, wait_until
 from tests.stored import MARKER, stored_bodies

@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from taskq.envelope import Envelope, decode, format_time, parse_time
 from taskq.errors import DecodeError
+from taskq.records.clock import format_time, parse_time
+from taskq.records.envelope import Envelope, decode
 
 
 def test_round_trip() -> None:
@@ -116,3 +117,13 @@ def test_decoder_on_arbitrary_json_objects(body: dict[str, object]) -> None:
     with contextlib.suppress(DecodeError):
         env = decode(json.dumps(body).encode(), subject_task="t", msg_id=None, seq=1)
         assert isinstance(env.args, list) and isinstance(env.kwargs, dict)
+
+
+def test_the_dead_letter_original_reads_every_wire_field_of_the_envelope() -> None:
+    # The DLQ keeps a decoded original as the envelope's wire dict (dlq/record.py): its model
+    # must name the same fields, in the same order, or a field added to one drifts silently
+    from taskq.dlq.record import EnvelopeOriginal
+    from taskq.records.envelope import Envelope
+
+    wire = list(Envelope(id="x", task="t").to_dict())
+    assert list(EnvelopeOriginal.model_fields) == wire

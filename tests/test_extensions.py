@@ -11,7 +11,7 @@ import pytest
 
 import taskq
 from taskq import App, ConfigError, HookError, Middleware, NoTaskContext, Settled, TaskContext
-from taskq.envelope import Envelope
+from taskq.records.envelope import Envelope
 from tests.conftest import run_cli, running_worker, wait_until
 
 

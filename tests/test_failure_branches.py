@@ -23,7 +23,7 @@ from taskq.dashboard.config import DashboardConfig
 from taskq.dlq.browse import list_dead
 from taskq.errors import BrokerError, ConnectionLost, StorageFull, TransientError
 from taskq.ids import safe_id
-from taskq.results import fetch
+from taskq.records.results import fetch
 from taskq.task import Task
 from taskq.workers import Worker
 from tests.conftest import running_worker, wait_until

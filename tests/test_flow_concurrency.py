@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from taskq import App, ConfigError
-from taskq.envelope import Envelope
 from taskq.flowcontrol.held import SPENT
+from taskq.records.envelope import Envelope
 from taskq.workers.settle import Settler
 from tests.apps import flowctl
 from tests.conftest import WorkerProcess, running_worker, wait_until
@@ -47,9 +47,15 @@ async def test_per_key_limit_is_kept_and_a_busy_key_does_not_hold_up_another(
     b = await flowctl.per_tenant.enqueue("b", "only", duration)
     await start_workers(worker_process, ledger, 3)
     await b.result(timeout=60)
-    await asyncio.sleep(1.0)  # a few more of a's tasks run meanwhile
     rows = events(ledger)
     b_start = next(at for event, token, at, _, _ in rows if token == "b:only" and event == "start")
+
+    def a_after() -> int:  # a's tasks started after b's
+        return sum(1 for e, t, at, _, _ in events(ledger) if e == "start" and at > b_start)
+
+    # a few more of a's tasks run meanwhile: the limit is watched beyond b's run
+    await wait_until(lambda: a_after() >= 4, timeout=30)
+    rows = events(ledger)
     a_before = [at for event, token, at, _, _ in rows if event == "start" and at < b_start]
     # Then b's task started while a's backlog was still there: it waited only for a's
     # tasks to be parked, never for a's slots (behind a's 1,000 it would be the last).
@@ -137,8 +143,8 @@ async def test_a_held_task_whose_worker_died_before_the_ack_runs_once(
 
     async def store_then_crash(self: Settler, job: object, hold: object) -> None:
         if not crashes:
-            assert self.admission is not None
-            await self.admission.hold(job, hold)  # type: ignore[arg-type]
+            admission = self._admission
+            await admission.hold(job, hold)  # type: ignore[arg-type]
             crashes.append("crashed")
             raise RuntimeError("worker died before the ack")
         await original(self, job, hold)  # type: ignore[arg-type]
@@ -152,7 +158,7 @@ async def test_a_held_task_whose_worker_died_before_the_ack_runs_once(
         # the unacknowledged delivery comes back (the worker NAKs what failed to settle,
         # 5 s) and is recognised as held already: acknowledged, not run
         await wait_until(lambda: worker.stats["held"] == 1, timeout=20)
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.5)  # a negative: room for the held copy to (wrongly) run again
     # Then the waiter ran exactly once, and nothing is left in the queue
     assert crashes == ["crashed"]
     assert sorted(ran) == ["holder", "waiter"]

@@ -109,9 +109,9 @@ async def test_debounce_runs_once_after_the_last_call_with_its_arguments(app: Ap
     async with running_worker(app):
         handles = []
         for label in ("a", "b", "c"):
+            last_call = time.time()  # (no later than the call sets its due time)
             handles.append(await reindex.options(debounce=1, key="doc-9").enqueue(label))
-            await asyncio.sleep(0.3)
-        last_call = time.time() - 0.3
+            await asyncio.sleep(0.3)  # the burst itself: calls 0.3 s apart, within the second
         other = await reindex.options(debounce=1, key="doc-10").enqueue("x")
         assert len({h.id for h in handles}) == 1 and other.id != handles[0].id
         assert [h.duplicate for h in handles] == [False, True, True]

@@ -8,6 +8,7 @@ import pytest
 
 from taskq.workers import slots as slots_module
 from taskq.workers.slots import Slots
+from tests.conftest import wait_until
 
 
 async def test_a_freed_slot_goes_to_the_highest_level_waiting() -> None:
@@ -15,14 +16,15 @@ async def test_a_freed_slot_goes_to_the_highest_level_waiting() -> None:
     assert await slots.reserve(1) == 1  # busy
     order: list[int] = []
 
-    async def waiter(rank: int) -> None:
-        taken = await slots.reserve(1, rank=rank)
-        order.append(rank)
-        await asyncio.sleep(0.01)
+    async def waiter(level: int) -> None:
+        taken = await slots.reserve(1, level=level)
+        order.append(level)
+        await asyncio.sleep(0.01)  # holds the slot a moment: the others stay waiting
         slots.release(taken)
 
-    waiters = [asyncio.create_task(waiter(rank)) for rank in (1, 5, 9, 3)]
-    await asyncio.sleep(0.05)  # all four are waiting, lowest first in arrival
+    waiters = [asyncio.create_task(waiter(level)) for level in (1, 5, 9, 3)]
+    # all four are waiting, lowest first in arrival (the queue of waiters, read directly)
+    await wait_until(lambda: len(slots._waiting) == 4, timeout=5)
     slots.release(1)
     await asyncio.wait_for(asyncio.gather(*waiters), 5)
     assert order == [9, 5, 3, 1]
@@ -33,28 +35,35 @@ async def test_a_lower_level_is_never_starved_by_a_busy_higher_one(
 ) -> None:
     monkeypatch.setattr(slots_module, "AGING", 0.05)  # a level per 50 ms of waiting
     slots = Slots(1)
-    low_served = asyncio.Event()
+    served: list[str] = []  # who got the slot, in order
     stop = asyncio.Event()
 
     async def busy_high() -> None:  # always back for the slot at once
         while not stop.is_set():
-            taken = await slots.reserve(1, rank=9)
+            taken = await slots.reserve(1, level=9)
+            served.append("high")
             await asyncio.sleep(0.005)
             slots.release(taken)
 
-    async def low() -> None:
-        taken = await slots.reserve(1, rank=0)
-        low_served.set()
+    async def low() -> int:
+        arrived = len(served)
+        taken = await slots.reserve(1, level=0)
+        served.append("low")
         slots.release(taken)
+        return arrived
 
     highs = [asyncio.create_task(busy_high()) for _ in range(2)]
-    await asyncio.sleep(0.02)
+    await wait_until(lambda: len(served) >= 2, timeout=5)  # the high levels take turns
     try:
-        await asyncio.wait_for(low(), 5)
+        # without aging it would wait forever: wait_for fails at 5 s, a hundred times the
+        # ~9 x AGING of waiting it takes
+        arrived = await asyncio.wait_for(low(), 5)
     finally:
         stop.set()
         slots.wake()
         await asyncio.gather(*highs, return_exceptions=True)
-    # 9 levels behind, it is served after about 9 x AGING of waiting: without aging it
-    # would wait forever, and wait_for above fails at 5 s, ten times that
-    assert low_served.is_set()
+    # 9 levels behind, it waited while the busy level went on taking the slot: more turns
+    # than the one first come, first served gives the high waiting ahead of it (aged in
+    # after ~9 x AGING, that is dozens of turns; it was served above while they went on)
+    overtaken = served.index("low") - arrived
+    assert overtaken >= 2, served

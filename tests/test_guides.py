@@ -21,7 +21,7 @@ import pytest
 
 from taskq import App
 from taskq.ports import lease_port, release_port
-from taskq.schedules import list_schedules
+from taskq.records.schedules import list_schedules
 from taskq.testing import worker
 from tests.conftest import ROOT
 from tests.guides import (

@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 
 import nats
+import nats.errors
 import pytest
 
 from taskq.errors import BrokerError
 from taskq.nats import internals
+from tests.conftest import finishes
 
 
 async def test_privates_exist_on_live_objects(nats_url: str) -> None:
@@ -18,17 +20,45 @@ async def test_privates_exist_on_live_objects(nats_url: str) -> None:
         internals.check_client(client)
         sub = await client.subscribe("taskq.internals.check")
         internals.check_subscription(sub)
-        await client.publish("taskq.internals.check", b"x")
+        await client.publish("taskq.internals.check", b"x", reply="taskq.internals.reply")
         queue = internals.pending_queue(sub)
         msg = await asyncio.wait_for(queue.get(), 5)
         before = sub._pending_size
         internals.taken(sub, msg)
         assert sub._pending_size == before - 1
+        # nats-py itself then takes the message as settled: no second ack goes out
+        assert not msg.is_acked
         internals.mark_settled(msg)
-        assert msg._ackd is True
+        assert msg.is_acked
+        with pytest.raises(nats.errors.MsgAlreadyAckdError):
+            await msg.ack()
         assert internals.last_error(client) is None  # a clean connection has none
     finally:
         await client.close()
+
+
+async def test_the_last_connect_error_is_the_one_nats_py_kept() -> None:
+    """`last_error` reads what nats-py keeps of a failed connect (its own `last_error`): a
+    renamed attribute would read as None here."""
+    from nats.aio.client import Client
+
+    from taskq.ports import lease_port, release_port
+
+    port = lease_port()  # nobody listens on a leased port
+    client = Client()
+    try:
+        with pytest.raises((nats.errors.Error, OSError)):
+            connecting = client.connect(
+                servers=[f"nats://127.0.0.1:{port}"],
+                max_reconnect_attempts=1,  # (0 is "no limit" to nats-py's server pool)
+                reconnect_time_wait=0.1,
+                connect_timeout=2,
+            )
+            await finishes(connecting, "a connect to no server")
+    finally:
+        release_port(port)
+    kept = internals.last_error(client)
+    assert kept is not None and kept is client.last_error, kept
 
 
 def test_a_changed_subscription_fails_loudly() -> None:
@@ -59,7 +89,7 @@ def test_a_delivery_reads_its_ack_subject_as_nats_py_does(
 
     from taskq.nats import Delivery
     from taskq.nats.errors import Guard
-    from taskq.places import Places, Seals
+    from taskq.records.places import Places, Seals
     from taskq.settings import Settings
 
     msg = Msg(_client=None, subject="t.q.default.add", reply=reply, data=b"{}")  # type: ignore[arg-type]

@@ -12,7 +12,7 @@ from taskq import App
 from taskq.dlq.browse import list_dead
 from taskq.dlq.requeue import requeue
 from taskq.errors import ConfigError
-from taskq.schedules import list_schedules
+from taskq.records.schedules import list_schedules
 from taskq.topology.names import Names
 from taskq.topology.partitions import key_hash, partition_for
 from tests.conftest import run_cli, running_worker, wait_until

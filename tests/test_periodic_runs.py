@@ -16,12 +16,12 @@ import pytest
 
 import taskq
 from taskq import App, ConfigError
-from taskq.firings import firing, run_id
 from taskq.ids import safe_id
 from taskq.nats import Delivery
 from taskq.nats.types import StoredMessage
-from taskq.places import SCHEDULE_NEXT, SCHEDULER
-from taskq.schedules import remove
+from taskq.records.firings import firing, run_id
+from taskq.records.places import SCHEDULE_NEXT, SCHEDULER
+from taskq.records.schedules import remove
 from taskq.workers.setup import prepare
 from taskq.workers.timers import move
 from tests.conftest import run_cli, running_worker, wait_until

@@ -99,7 +99,7 @@ async def test_errors_come_back_with_their_type_and_the_child_traceback(cpu_app:
         with pytest.raises(TaskFailed) as two:
             await picky.result(timeout=30)
     assert one.value.type == "ValueError" and one.value.message == "bad input"
-    assert "pool_child.py" in one.value.traceback and "in fails" in one.value.traceback
+    assert "pool/child.py" in one.value.traceback and "in fails" in one.value.traceback
     # an error that cannot be rebuilt here keeps its name and message
     assert two.value.type == "RemoteItemError" and "Picky: 1/2" in two.value.message
 

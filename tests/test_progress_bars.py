@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 from taskq import App
-from taskq.queue_control import stored_tasks
+from taskq.operate.queue_control import stored_tasks
 from tests.apps import metered
 from tests.conftest import ROOT, cli_argv, run_cli, running_worker, wait_until
 

@@ -59,15 +59,18 @@ async def test_progress_in_a_tight_loop_is_cheap_and_the_last_value_wins(app: Ap
     async with running_worker(app):
         handle = await tight.enqueue(20_000)
         took = await handle.result(timeout=30)
-    # a round trip per call would take far longer; coalesced, it is a fraction of a second
-    # (a figure for bench/, not a bound: 10 s leaves a busy machine room)
-    assert took < 10.0, f"20,000 progress calls took {took:.2f}s"
+    print(f"20,000 progress calls took {took:.3f} s")  # a figure, not a bound
     latest = await handle.progress()
     assert latest is not None and latest.value == {"done": 20_000, "of": 20_000}
+    # coalesced: the worker wrote a few reports a second, not one per call (every write is
+    # a revision in this prefix's progress bucket, and only this task reported)
+    client = await app.client()
+    _, writes = await client.connection.kv.span(app.names.progress_bucket)
+    assert 1 <= writes < 1_000, writes
 
 
 def test_progress_values_are_checked() -> None:
-    from taskq.progress import checked
+    from taskq.records.progress import checked
 
     assert checked(0.5, "half") == (0.5, "half")
     for bad in (1.5, -0.1, float("nan"), "half", True, {"x": object()}):
@@ -162,6 +165,6 @@ async def test_the_story_of_a_queued_a_running_and_a_dead_task(
 
 
 async def _listed(app: App, task_id: str) -> bool:
-    from taskq.registry import running_on
+    from taskq.records.heartbeats import running_on
 
     return bool(await running_on(app, task_id))

@@ -6,7 +6,7 @@ import asyncio
 import json
 
 from taskq import App, Reject
-from taskq.queue_stats import snapshot
+from taskq.operate.queue_stats import snapshot
 from tests.conftest import run_cli, running_worker, wait_until
 
 

@@ -72,7 +72,7 @@ async def test_result_timeout_and_sync_twin(app: App) -> None:
 
 
 async def test_opt_out_stores_nothing_on_success_and_never_lies(app: App) -> None:
-    from taskq.results import fetch
+    from taskq.records.results import fetch
 
     @app.task(store_result=False)
     async def fire_and_forget() -> int:
@@ -116,8 +116,10 @@ async def test_cli_result(app: App, nats_url: str, prefix: str) -> None:
     assert json.loads(out.stdout)["state"] == "unknown", out.stderr
 
 
+@pytest.mark.slow  # a speed figure (bench/run.py measures latency): `pytest -m slow -s`
 async def test_result_wait_latency(app: App) -> None:
-    """Enqueue → result in hand, sequentially: reported, bounded loosely."""
+    """Enqueue → result in hand, sequentially: the p50 of docs/results-workflows-schedules.md,
+    printed and bounded loosely."""
 
     @app.task
     async def echo(i: int) -> int:

@@ -56,13 +56,28 @@ async def test_periodic_task_fires_and_is_removed_by_rm(nats_url: str, prefix: s
         ]
         removed = run_cli(nats_url, prefix, "schedules", "rm", "periodic.heartbeat")
         assert removed.returncode == 0, removed.stderr
-        await asyncio.sleep(1.5)
+        await wait_until(lambda: nothing_in_flight(app, "default"), timeout=15)
         settled = worker.stats["succeeded"]
-        await asyncio.sleep(2.5)
+        await asyncio.sleep(2.5)  # a negative: two periods in which nothing may fire
         assert worker.stats["succeeded"] == settled  # no more firings
     assert "no schedules" in run_cli(nats_url, prefix, "schedules", "ls").stdout
     assert run_cli(nats_url, prefix, "schedules", "rm", "periodic.heartbeat").returncode == 2
     await app.aclose()
+
+
+async def nothing_in_flight(app: App, queue: str) -> bool:
+    """Whether every firing made so far has run: none waits to be moved from the queue's
+    timer stream, none waits in the queue or runs."""
+    broker = (await app.client()).connection
+    names = app.names
+    for stream, durable in (
+        (names.timer_stream(queue), names.timer_consumer(queue)),
+        (names.queue_stream(queue), names.consumer(queue)),
+    ):
+        state = await broker.streams.consumer_state(stream, durable)
+        if state.pending or state.ack_pending:
+            return False
+    return True
 
 
 async def test_periodic_registration_is_idempotent_and_prune_removes_stale(

@@ -14,8 +14,8 @@ from taskq import App
 from taskq.dlq.browse import list_dead
 from taskq.errors import DecodeError
 from taskq.ids import safe_id
-from taskq.results import fetch
-from taskq.sealing import LEGACY_MAGIC, MAGIC, Sealer, key_id, new_key, parse_key
+from taskq.records.results import fetch
+from taskq.records.sealing import LEGACY_MAGIC, MAGIC, Sealer, key_id, new_key, parse_key
 from tests.conftest import running_worker, wait_until
 from tests.stored import MARKER
 
@@ -170,7 +170,7 @@ async def test_a_legacy_task_runs_only_with_open_legacy_seals(nats_url: str, pre
 
 
 def test_each_place_has_its_own_context() -> None:
-    from taskq.places import Places
+    from taskq.records.places import Places
 
     places = Places("p")
     task = places.at("p.q.default.add", {"Nats-Msg-Id": "01J"})

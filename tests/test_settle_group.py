@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from taskq import App
 from taskq.dlq.browse import list_dead
-from taskq.results import fetch
+from taskq.records.results import fetch
 from tests.conftest import running_worker, wait_until
 
 

@@ -10,28 +10,11 @@ import json
 import pytest
 
 from taskq import App
-from taskq.client import Client
 from taskq.errors import ConfigError
-from taskq.results import ResultRecord, encoded, ensure_results, store
-from taskq.task_list import TaskFilters, TaskPage, recent
+from taskq.operate.task_list import TaskFilters, TaskPage, recent
+from taskq.records.results import ResultRecord, store
 from tests.conftest import run_cli, running_worker, wait_until
-
-
-async def write(app: App, count: int, start: int = 0) -> list[str]:
-    """`count` records, pipelined: task `t<n % 3>`, queue `q<n % 2>`, state by `n % 4`."""
-    client: Client = await app.client()
-    await ensure_results(client)
-    states = ("succeeded", "dead", "failed", "succeeded")
-    ids, acks = [], []
-    for n in range(start, start + count):
-        task_id = f"id{n:06d}"
-        body = encoded({"state": states[n % 4], "task": f"t{n % 3}", "queue": f"q{n % 2}"})
-        ids.append(task_id)
-        acks.append(
-            await client.connection.kv.put_nowait(client.names.results_bucket, task_id, body)
-        )
-    await asyncio.gather(*acks)
-    return ids
+from tests.stored import write_records
 
 
 async def walk(app: App, filters: TaskFilters, limit: int) -> list[str]:
@@ -55,7 +38,7 @@ async def current(app: App) -> list[tuple[str, ResultRecord]]:
 
 
 async def test_each_task_once_by_its_current_record_newest_first(app: App) -> None:
-    ids = await write(app, 300)
+    ids = await write_records(app, 300)
     # rewrite some: a task retried (failed, then succeeded) moves up, listed once
     client = await app.client()
     rewritten = ids[10:300:37]
@@ -96,7 +79,7 @@ async def test_each_task_once_by_its_current_record_newest_first(app: App) -> No
 
 
 async def test_a_task_rewritten_between_pages_is_never_listed_twice(app: App) -> None:
-    ids = await write(app, 30)
+    ids = await write_records(app, 30)
     first = await recent(app, limit=10)
     assert [t.id for t in first.tasks] == ids[::-1][:10]
     client = await app.client()
@@ -118,7 +101,7 @@ async def walk_from(app: App, before: int | None) -> list[str]:
 
 
 async def test_a_page_reads_a_bounded_number_of_records(app: App) -> None:
-    await write(app, 3000)
+    await write_records(app, 3000)
     found = await recent(app, TaskFilters(name="nothing.like.it"), limit=50, budget=1000)
     assert found.tasks == [] and 1000 <= found.scanned < 1000 + 1024
     assert found.older is not None  # where to go on looking
@@ -164,7 +147,7 @@ async def test_real_tasks_their_states_and_the_app_api(app: App) -> None:
 
 
 async def test_taskq_tasks_ls(app: App, nats_url: str, prefix: str) -> None:
-    await write(app, 12)
+    await write_records(app, 12)
 
     async def cli(*args: str) -> tuple[int, str, str]:
         done = await asyncio.to_thread(run_cli, nats_url, prefix, "tasks", "ls", *args)

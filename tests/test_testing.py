@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 import pytest
 
 from taskq import App, HookError, chain
-from taskq.envelope import parse_time
-from taskq.schedules import list_schedules
+from taskq.records.clock import parse_time
+from taskq.records.schedules import list_schedules
 from taskq.server import EmbeddedServer
 from taskq.testing import DrainTimeout, configure, worker
 from taskq.testing.environment import activated
@@ -43,6 +43,7 @@ async def test_worker_points_the_app_at_the_test_server_and_drains(
         await wait_until(lambda: list_schedules(shop.app), timeout=20)
         [schedule] = await list_schedules(shop.app)
         due = parse_time(schedule.expression.removeprefix("@at "))
+        # until it is due (a time, not an event: drain runs what is due when it is called)
         await asyncio.sleep(max(0.0, (due - datetime.now(UTC)).total_seconds()))
         # Then drain returns once everything due has run, and says how each ended
         await w.drain(timeout=20)

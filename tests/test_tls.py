@@ -14,7 +14,7 @@ import trustme
 
 from taskq import App, ConnectError, TaskqError
 from taskq.server import EmbeddedServer
-from tests.conftest import run_cli, run_one_task
+from tests.conftest import finishes, run_cli, run_one_task
 
 
 @dataclass(frozen=True)
@@ -91,10 +91,8 @@ async def test_a_client_without_the_right_tls_settings_is_refused_clearly(
     tls_server: TlsServer, missing: dict[str, None]
 ) -> None:
     app = tls_app(tls_server, **missing)
-    started = time.monotonic()
     with pytest.raises(TaskqError) as info:
-        await app.client()
-    assert time.monotonic() - started < 15, "refusal must not hang"
+        await finishes(app.client(), "a refused TLS connect")  # a refusal must not hang
     assert isinstance(info.value, ConnectError), info.value
     assert tls_server.server.url.removeprefix("nats://") in str(info.value)
 

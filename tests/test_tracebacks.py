@@ -12,7 +12,7 @@ import taskq
 import taskq.dlq
 import taskq.workers
 from taskq import App
-from taskq.tracebacks import fold, is_taskq_file
+from taskq.operate.tracebacks import fold, is_taskq_file
 from tests.conftest import run_cli, running_worker, wait_until
 
 OWN = str(Path(taskq.__file__).parent)

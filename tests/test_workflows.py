@@ -9,8 +9,8 @@ import pytest
 
 from taskq import App, TaskFailed, chain, chord, group
 from taskq.dlq.record import EnvelopeOriginal
-from taskq.envelope import Envelope
-from taskq.flow import FLOW
+from taskq.records.envelope import Envelope
+from taskq.workflows.state import WORKFLOW_STATE
 from tests.conftest import running_worker, wait_until
 
 
@@ -83,7 +83,7 @@ async def test_chord_callback_exactly_once_when_a_member_is_redelivered(app: App
                 id=f"{flow_id}.{index}",
                 task="add",
                 args=[index + 1, 0],
-                flow=FLOW.validate_python(
+                workflow=WORKFLOW_STATE.validate_python(
                     {
                         "id": flow_id,
                         "kind": "chord",
@@ -100,7 +100,7 @@ async def test_chord_callback_exactly_once_when_a_member_is_redelivered(app: App
                 {"Nats-Msg-Id": f"replay-{index}"},
             )
         await wait_until(lambda: worker.stats["succeeded"] >= 3 + 1 + 3, timeout=15)
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.5)  # a negative: room for a second callback to (wrongly) run
     assert calls == [[1, 2, 3]]  # the callback ran once
 
 

@@ -1,6 +1,6 @@
 """The worker's side of flow control: admit a delivery of a limited task, or hold it.
 
-Only tasks with limits come here (`task.flow is not None`); an unlimited task's cost is
+Only tasks with limits come here (`task.limits is not None`); an unlimited task's cost is
 that one attribute test in the judge. For a limited task, in order:
 1. a redelivery whose previous delivery was already held (the worker died between storing
    the held copy and the ack), or a second copy of a woken parked task, is only
@@ -88,7 +88,7 @@ class Admission:
         self, job: Job, task: Task[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Hold | None:
         """None when the task may run now (its slots taken), else how it is held."""
-        flow, envelope = task.flow, job.envelope
+        flow, envelope = task.limits, job.envelope
         assert flow is not None and envelope is not None
         holder = self.holder(job.queue)
         park = job.delivery.header(PARK)

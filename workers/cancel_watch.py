@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from taskq.cancels import ensure_cancels
 from taskq.client import Client
 from taskq.ids import safe_id
 from taskq.nats import KVEntry
+from taskq.records.cancels import ensure_cancels
 
 
 class CancelWatch:

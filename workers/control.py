@@ -1,4 +1,4 @@
-"""The worker's side of the control plane: its heartbeat in the registry, the cancel
+"""The worker's side of the control plane: its heartbeat record, the cancel
 requests it follows, and the progress its tasks report (`taskq workers`, `taskq cancel`,
 `handle.watch()`)."""
 
@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from taskq import __version__
 from taskq.client import Client
-from taskq.registry import WorkerRecord, started_record
+from taskq.records.heartbeats import WorkerRecord, started_record
 from taskq.workers.cancel_watch import CancelWatch
 from taskq.workers.heartbeat import Heartbeat
 from taskq.workers.progress import ProgressWriter

@@ -18,11 +18,11 @@ import contextlib
 import logging
 
 from taskq.client import Client
-from taskq.envelope import MSG_ID
 from taskq.errors import TaskqError
 from taskq.flowcontrol.held import PARK, SPENT, carried
 from taskq.ids import safe_id
-from taskq.results import encoded, store_encoded
+from taskq.records.envelope import MSG_ID
+from taskq.records.results import encoded, store_encoded
 from taskq.workers.job import Job
 from taskq.workers.outcomes import interrupted_fields
 

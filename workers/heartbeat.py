@@ -1,4 +1,4 @@
-"""The worker's heartbeat in the registry (`taskq workers`): one write per interval,
+"""The worker's heartbeat record (`taskq workers`): one write per interval,
 whatever the task rate, and a delete when the worker stops."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import logging
 from collections.abc import Callable
 
 from taskq.client import Client
-from taskq.envelope import now_iso
 from taskq.errors import TaskqError
-from taskq.registry import RunningTask, WorkerRecord, ensure_workers
+from taskq.records.clock import now_iso
+from taskq.records.heartbeats import RunningTask, WorkerRecord, ensure_workers
 from taskq.workers.ticker import Ticker
 
 log = logging.getLogger("taskq.worker")

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from taskq.context import TaskContext
-from taskq.envelope import Envelope
 from taskq.flowcontrol.slots import KeySlots
 from taskq.nats import Delivery
+from taskq.records.envelope import Envelope
 from taskq.task import Task
 from taskq.workers.setup import QueueSetup
 

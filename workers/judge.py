@@ -16,7 +16,6 @@ from typing import Any
 
 from taskq.app import App
 from taskq.context import Reporter, TaskContext
-from taskq.envelope import MSG_ID, Envelope, decode, parse_time
 from taskq.errors import ArgumentsError, DecodeError, TaskCancelled, UnknownTaskError
 from taskq.flowcontrol.debounce import BURST, judge_wake_up
 from taskq.flowcontrol.gates import DROPPED, KEPT
@@ -24,17 +23,19 @@ from taskq.flowcontrol.held import FIRED, spent
 from taskq.ids import safe_id
 from taskq.nats import Delivery
 from taskq.policy import Cancel, Dead, Decision, Failure, Hold, Outcome, decide
-from taskq.results import fetch
-from taskq.sealing import PLAINTEXT_REFUSED
+from taskq.records.clock import parse_time
+from taskq.records.envelope import MSG_ID, Envelope, decode
+from taskq.records.results import fetch
+from taskq.records.sealing import PLAINTEXT_REFUSED
 from taskq.task import Task
 from taskq.workers.admission import Admission
 from taskq.workers.cancel_watch import CancelWatch
 from taskq.workers.execute import call_function, run_attempt, unwrap
 from taskq.workers.job import Job
 from taskq.workers.lease import Leases
-from taskq.workers.pool import ProcessPool
+from taskq.workers.pool.processes import ProcessPool
 from taskq.workers.running import RunningJobs
-from taskq.workers.spark_jobs import LendSlot, SparkExecutor
+from taskq.workers.spark.jobs import LendSlot, SparkExecutor
 
 SOON = 2.0  # a task due within this many seconds waits in the worker, not as a schedule
 
@@ -84,7 +85,7 @@ class Judge:
             args, kwargs = task.validator.for_call(envelope.args, envelope.kwargs)
         except ArgumentsError as exc:
             return Dead("permanent", str(exc)), Failure(exc)
-        if task.flow is not None:
+        if task.limits is not None:
             hold = await self._admission.admit(job, task, args, kwargs)
             if hold is not None:
                 return hold, None

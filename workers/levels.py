@@ -4,8 +4,8 @@ A task of priority N != 5 waits on its level's subject `<prefix>.r.<queue>.<N>.<
 served by the level's own consumer (a stream delivers in arrival order: only separate
 consumers let a worker choose which level to take from). The worker looks, twice a second
 per stream, which levels hold messages (one stream-info request with a subject filter), and
-runs a fetch loop for each such level, ranked by its level; the slots a worker frees go to
-the highest-ranked loop waiting for them (workers/slots.py), so under a backlog higher
+runs a fetch loop for each such level; the slots a worker frees go to
+the highest-level loop waiting for them (workers/slots.py), so under a backlog higher
 levels are delivered first by every worker. A level's loop ends once its level is drained.
 The default level (5, the queue's own subject, unchanged for foreign producers) is the
 queue's usual fetch loop, always running.
@@ -58,17 +58,17 @@ class Levels:
     async def _look(self, main: QueueSetup) -> None:
         names = self.client.names
         state = await self.client.connection.streams.state(
-            main.stream, subjects_filter=names.rank_filter(main.queue, main.partition)
+            main.stream, subjects_filter=names.levels_filter(main.queue, main.partition)
         )
-        waiting = {names.rank_level(subject) for subject, n in state.subjects.items() if n}
+        waiting = {names.level_of(subject) for subject, n in state.subjects.items() if n}
         new = {}
         for level in sorted((lv for lv in waiting if lv is not None), reverse=True):
-            key = f"{main.stream}/{names.rank_consumer(main.queue, level)}"
+            key = f"{main.stream}/{names.level_consumer(main.queue, level)}"
             if key not in self._running:
                 new[key] = await ensure_level(self.app, self.client, main, level)
         # every new level's loop starts in the same turn, highest first: they queue for slots
-        # together and the highest rank gets the next free one (a loop started while the
-        # others' consumers were still being set up would take slots ahead of its rank)
+        # together and the highest level gets the next free one (a loop started while the
+        # others' consumers were still being set up would take slots ahead of its level)
         for key, setup in new.items():
             loop = asyncio.create_task(self._spawn(setup))
             self._running[key] = loop

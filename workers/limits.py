@@ -1,6 +1,6 @@
 """Recycling limits (`--max-tasks-per-child`, `--max-memory-per-child`) and reading a
 process's memory: shared by worker processes (`taskq.workers.recycle`) and pool processes
-(`taskq.workers.pool_child`), which each apply them to themselves."""
+(`taskq.workers.pool.child`), which each apply them to themselves."""
 
 from __future__ import annotations
 

@@ -71,7 +71,7 @@ class CachedTimeFormatter(logging.Formatter):
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time (UTC, ISO 8601), level, logger, message, the task's
     fields when the line is about one (task, id, attempt, queue, duration, outcome, reason),
-    worker (`host:pid`, as in the worker registry), and error (a traceback) if any.
+    worker (`host:pid`, as in its heartbeat record), and error (a traceback) if any.
 
     Written field by field with the json module's C string encoder: a line per settled task
     is on the worker's hot path, and `json.dumps` of a dict costs about twice as much."""

@@ -5,12 +5,13 @@ from __future__ import annotations
 import traceback
 from typing import Any
 
-from taskq.envelope import Envelope
-from taskq.flow import ChainFlow, ChordFlow, Step, final_id
 from taskq.policy import Ack, Cancel, Dead, Decision, Failure, Nak, Outcome, Success
-from taskq.registry import stamp, worker_name
-from taskq.results import ResultRecord
+from taskq.records.clock import stamp
+from taskq.records.envelope import Envelope
+from taskq.records.heartbeats import worker_name
+from taskq.records.results import ResultRecord
 from taskq.workers.job import Job
+from taskq.workflows.state import ChainState, ChordState, Step, final_id
 
 _WORKER = worker_name()
 # A record repeats the call's arguments only when its message is small: a big call would make
@@ -73,10 +74,10 @@ def final_record(envelope: Envelope, record: ResultRecord) -> ResultRecord:
 
 
 def _final_step(envelope: Envelope) -> Step | None:
-    flow = envelope.flow
-    if isinstance(flow, ChainFlow) and flow.rest:
+    flow = envelope.workflow
+    if isinstance(flow, ChainState) and flow.rest:
         return flow.rest[-1]
-    if isinstance(flow, ChordFlow):
+    if isinstance(flow, ChordState):
         return flow.callback
     return None
 
@@ -95,7 +96,7 @@ def _call(job: Job) -> dict[str, Any]:
         "args": envelope.args if kept else None,
         "kwargs": envelope.kwargs if kept else None,
         "enqueued_at": envelope.enqueued_at,
-        "workflow": final_id(envelope.flow, envelope.id),
+        "workflow": final_id(envelope.workflow, envelope.id),
     }
 
 

@@ -15,9 +15,9 @@ from typing import Any
 
 from taskq.client import Client
 from taskq.context import TaskContext
-from taskq.envelope import now_iso
 from taskq.errors import TaskqError
-from taskq.progress import Progress, ensure_progress, write
+from taskq.records.clock import now_iso
+from taskq.records.progress import Progress, ensure_progress, write
 from taskq.workers.ticker import Ticker
 
 log = logging.getLogger("taskq.worker")

@@ -13,14 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from taskq.app import App
-from taskq.cancels import ensure_cancels
 from taskq.client import Client
 from taskq.flowcontrol.options import DEFAULT_PRIORITY, PRIORITIES
-from taskq.progress import ensure_progress
-from taskq.registry import ensure_workers
+from taskq.records.cancels import ensure_cancels
+from taskq.records.heartbeats import ensure_workers
+from taskq.records.progress import ensure_progress
 from taskq.topology.specs import events_consumer
 from taskq.workers.setup import QueueSetup, ensure_level, prepare
-from taskq.workflows import ensure_flows
+from taskq.workflows.canvas import ensure_flows
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class Provisioned:
 async def provision(app: App, client: Client, queues: list[str]) -> Provisioned:
     """Create (or bring up to date) what a worker of `queues` creates at start-up, plus
     what it would create later on first use: every priority level's consumer, the dead
-    letter sweeper's consumer, and the workflow, registry, progress, cancel and
+    letter sweeper's consumer, and the workflow, worker heartbeat, progress, cancel and
     large-body buckets."""
     setups = list((await prepare(app, client, queues)).values())
     for main in [s for s in setups if s.lane is None]:

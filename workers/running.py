@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from taskq.registry import RunningTask, stamp
+from taskq.records.clock import stamp
+from taskq.records.heartbeats import RunningTask
 from taskq.workers.job import Job
 
 

@@ -277,9 +277,9 @@ def _groupable(job: Job, decision: Decision) -> bool:
     """A verdict settled by its writes (a record, a dead letter) and then an ack, NAK or
     TERM (decoded, no workflow step, no limits, not `ack_sync`): the group may settle it."""
     envelope, task = job.envelope, job.task
-    if envelope is None or envelope.flow is not None or task is None or task.ack_sync:
+    if envelope is None or envelope.workflow is not None or task is None or task.ack_sync:
         return False
-    if task.flow is not None:  # limits: a per-key slot is released only once it settled
+    if task.limits is not None:  # limits: a per-key slot is released only once it settled
         return False
     return isinstance(decision, Ack | Nak | Cancel | Dead)
 

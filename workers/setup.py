@@ -14,9 +14,9 @@ from taskq.client import Client
 from taskq.flowcontrol.options import DEFAULT_PRIORITY
 from taskq.flowcontrol.store import ensure_limits
 from taskq.flowcontrol.usage import declaration, declare
+from taskq.operate.queue_control import FOREVER, ends
 from taskq.policy import DEFAULT_ACK_WAIT
-from taskq.queue_control import FOREVER, ends
-from taskq.schedules import register
+from taskq.records.schedules import register
 from taskq.topology.partitions import Part, layout, queues_in
 from taskq.topology.specs import (
     ConsumerSpec,
@@ -24,9 +24,9 @@ from taskq.topology.specs import (
     dlq_stream,
     events_stream,
     lane_consumer,
+    level_consumer,
     queue_consumer,
     queue_stream,
-    rank_consumer,
     results_bucket,
     timer_consumer,
     timer_stream,
@@ -46,8 +46,8 @@ class QueueSetup:
     ack_wait: float  # the consumer's real ack_wait, read back from the server
     lane: str | None = None  # the task whose concurrency lane this consumer is
     # priority level: slots go to higher levels first (workers/slots.py)
-    rank: int = DEFAULT_PRIORITY
-    transient: bool = False  # a priority level's loop: ends when its level is drained
+    level: int = DEFAULT_PRIORITY  # the priority level it serves (higher first)
+    on_demand: bool = False  # a priority level's loop: started when it has tasks, ends when drained
 
     @property
     def key(self) -> str:
@@ -58,7 +58,7 @@ class QueueSetup:
     def where(self) -> str:
         part = "" if self.partition is None else f" partition {self.partition}"
         lane = "" if self.lane is None else f" lane {self.lane}"
-        level = f" priority {self.rank}" if self.transient else ""
+        level = f" priority {self.level}" if self.on_demand else ""
         return f"queue {self.queue}{part}{lane}{level}"
 
 
@@ -92,9 +92,9 @@ async def prepare(app: App, client: Client, queues: list[str]) -> dict[str, Queu
         if periodic.queue in queues:  # idempotent: unchanged schedules are left alone
             await register(client, periodic)
     declared = [
-        declaration(t.name, t.queue, t.priority, t.flow)
+        declaration(t.name, t.queue, t.priority, t.limits)
         for t in app.tasks.values()
-        if t.queue in queues and t.flow is not None
+        if t.queue in queues and t.limits is not None
     ]
     await declare(client, declared)  # for `taskq limits`
     return setups
@@ -125,23 +125,23 @@ async def _consumer(app: App, client: Client, queue: str, part: Part) -> QueueSe
 async def ensure_lanes(app: App, client: Client, main: QueueSetup) -> list[QueueSetup]:
     """The concurrency lanes of `main`'s queue (one consumer per task with max_concurrency,
     its max_ack_pending the limit), paused like the queue's consumer if it is paused."""
-    lanes = [t for t in app.tasks.values() if t.queue == main.queue and t.flow and t.flow.lane]
+    lanes = [t for t in app.tasks.values() if t.queue == main.queue and t.limits and t.limits.lane]
     found = []
     for task in lanes:
-        assert task.flow is not None and task.flow.max_concurrency is not None
+        assert task.limits is not None and task.limits.max_concurrency is not None
         spec = lane_consumer(
             client.names,
             client.settings,
             main.queue,
             task.name,
-            task.flow.max_concurrency,
+            task.limits.max_concurrency,
             task.ack_wait,
             task.policy.attempts,
             main.partition,
         )
         ack_wait = await _beside(client, main, spec) or task.ack_wait
         setup = QueueSetup(main.queue, main.partition, spec.stream, spec.durable, ack_wait)
-        found.append(replace(setup, lane=task.name, rank=task.priority))
+        found.append(replace(setup, lane=task.name, level=task.priority))
     return found
 
 
@@ -149,10 +149,10 @@ async def ensure_level(app: App, client: Client, main: QueueSetup, level: int) -
     """The consumer of priority `level` of `main`'s stream (the queue consumer's settings on
     the level's subjects), paused if the queue's consumer is."""
     base = _queue_consumer(app, client, main.queue, main.partition)
-    spec = rank_consumer(client.names, base, main.queue, level, main.partition)
+    spec = level_consumer(client.names, base, main.queue, level, main.partition)
     ack_wait = await _beside(client, main, spec) or main.ack_wait
     setup = QueueSetup(main.queue, main.partition, spec.stream, spec.durable, ack_wait)
-    return replace(setup, rank=level, transient=True)
+    return replace(setup, level=level, on_demand=True)
 
 
 async def _beside(client: Client, main: QueueSetup, spec: ConsumerSpec) -> float:

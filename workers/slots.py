@@ -8,19 +8,20 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from taskq.flowcontrol.options import DEFAULT_PRIORITY
+
 # A waiting fetch loop of a lower priority level gains one level per AGING seconds it waits:
 # a backlog of higher levels is served first, yet a lower level is never starved forever.
 AGING = 1.0
-DEFAULT_RANK = 5
 
 
 @dataclass(eq=False)
 class _Waiter:
-    rank: int
+    level: int
     since: float = field(default_factory=time.monotonic)
 
     def score(self, now: float) -> tuple[float, float]:
-        return (self.rank + (now - self.since) / AGING, -self.since)
+        return (self.level + (now - self.since) / AGING, -self.since)
 
 
 class Slots:
@@ -37,9 +38,9 @@ class Slots:
         # no stream starves while others cycle (and lower levels age, see AGING)
         self._waiting: list[_Waiter] = []
 
-    async def reserve(self, most: int, gather: float = 0.005, rank: int = DEFAULT_RANK) -> int:
+    async def reserve(self, most: int, gather: float = 0.005, level: int = DEFAULT_PRIORITY) -> int:
         """Wait (in turn) for at least one free slot, then take up to `most` of them.
-        `rank` is the priority level of the fetch loop asking (0-9, higher first).
+        `level` is the priority level of the fetch loop asking (0-9, higher first).
 
         While tasks are running and fewer than half the slots are free, wait up to `gather`
         seconds for more to free up: short tasks finish in bursts, and fetching one message
@@ -47,7 +48,7 @@ class Slots:
         """
         while True:
             if self._waiting or self.free <= 0:
-                await self._turn(rank)
+                await self._turn(level)
             if self.busy and self.free < self.size // 2:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(gather):
@@ -59,9 +60,9 @@ class Slots:
                 self.free -= taken
                 return taken
 
-    async def _turn(self, rank: int) -> None:
+    async def _turn(self, level: int) -> None:
         """Return when this caller is first in line and a slot is free."""
-        me = _Waiter(rank)
+        me = _Waiter(level)
         self._waiting.append(me)
         try:
             while self.free <= 0 or self._first() is not me:

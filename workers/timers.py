@@ -1,14 +1,14 @@
 """Moving what a queue's schedules fired into the queue.
 
 A schedule's target must be in its own stream (ADR-51), and schedules live in the queue's
-timer stream (taskq.schedules), so the server fires a task onto its fired subject there;
+timer stream (taskq.records.schedules), so the server fires a task onto its fired subject there;
 every worker of the queue runs this loop on one shared durable consumer, which publishes
 each fired task to its queue subject and then acknowledges it. The publish carries
 `Nats-Msg-Id` `fired:<stream>:<seq>`: a move retried after a crash is deduplicated, so a
 fired task enters its queue once. Moving needs no task slot: it runs beside the tasks,
 each firing moved the moment it arrives (a periodic run's lateness is judged then).
 
-A periodic schedule's firing is published under its run's id instead (taskq.firings:
+A periodic schedule's firing is published under its run's id instead (taskq.records.firings:
 `periodic:<queue>:<task>:<due time>`), so two firings for one due time make one run. A
 firing that is late (its next run was due already: no worker moved it in its period)
 follows its schedule's `catch_up`: `all` moves it; `skip` drops it (acknowledged, counted
@@ -30,13 +30,13 @@ import time
 from collections import Counter
 
 from taskq.client import Client
-from taskq.envelope import MSG_ID
 from taskq.errors import NotFound, TaskqError
-from taskq.firings import Firing, firing
 from taskq.flowcontrol.held import FIRED, carried
 from taskq.flowcontrol.keys import task_token
 from taskq.flowcontrol.store import ensure_limits
 from taskq.nats import Delivery, Puller
+from taskq.records.envelope import MSG_ID
+from taskq.records.firings import Firing, firing
 from taskq.retrying import retry_transient
 
 log = logging.getLogger("taskq.worker")
@@ -98,7 +98,7 @@ async def move(client: Client, d: Delivery, tally: Counter[str] | None = None) -
             if tally is not None:
                 tally["missed"] += 1
             return run
-        headers[MSG_ID] = run.run_id  # the run's id, one run per due time (taskq.firings)
+        headers[MSG_ID] = run.run_id  # the run's id, one run per due time (taskq.records.firings)
     try:
         await client.connection.publish(target, d.data, headers)
     except TaskqError as exc:

@@ -32,13 +32,13 @@ from taskq.workers.judge import Judge, Runners
 from taskq.workers.lease import Leases
 from taskq.workers.levels import Levels
 from taskq.workers.limits import Limits
-from taskq.workers.pool import ProcessPool
+from taskq.workers.pool.processes import ProcessPool
 from taskq.workers.running import RunningJobs
 from taskq.workers.settle import Settler
 from taskq.workers.setup import QueueSetup, described, prepare
 from taskq.workers.slots import Slots
-from taskq.workers.spark_jobs import SparkExecutor
-from taskq.workers.spark_session import SparkRuntime
+from taskq.workers.spark.jobs import SparkExecutor
+from taskq.workers.spark.session import SparkRuntime
 from taskq.workers.threads import TaskThreads
 from taskq.workers.timers import run_mover
 
@@ -255,12 +255,12 @@ class Worker:
         want = 1
         while not self.stopping:
             setup = self._setups[key]
-            taken = await self._slots.reserve(want, rank=setup.rank)
+            taken = await self._slots.reserve(want, level=setup.level)
             if self.stopping:
                 self._slots.release(taken)
                 break
             asked = taken
-            linger = LEVEL_LINGER if setup.transient else self.fetch_timeout
+            linger = LEVEL_LINGER if setup.on_demand else self.fetch_timeout
             try:
                 if puller is None:
                     puller = await self._connected().connection.pull(setup.stream, setup.durable)
@@ -274,7 +274,7 @@ class Worker:
                 puller = await self._recover(setup, puller, exc)
             finally:
                 self._slots.release(taken)
-            if setup.transient and (puller is None or taken == asked):
+            if setup.on_demand and (puller is None or taken == asked):
                 break  # its level is drained (or gone): the level watcher restarts it
             # Ask for twice what came last time: a lingering request holds its slots until
             # it fills or expires, and another queue or partition may need them meanwhile;
@@ -288,7 +288,7 @@ class Worker:
     ) -> Puller | None:
         """After a failed fetch: back off, and re-create the consumer if it vanished. A
         priority level's loop just ends (None): its watcher starts it again if need be."""
-        if setup.transient:
+        if setup.on_demand:
             if puller is not None:
                 await puller.close()
             return None
@@ -340,7 +340,7 @@ class Worker:
         except Exception as exc:  # whatever one message does, the loop goes on
             await self._failed(job, exc, settling)
         finally:
-            if job.task is not None and job.task.flow is not None:  # its per-key slot, if any
+            if job.task is not None and job.task.limits is not None:  # its per-key slot, if any
                 await asyncio.shield(parts.admission.release(job))
 
     async def _failed(self, job: Job, exc: Exception, settling: bool) -> None:

@@ -17,15 +17,15 @@ from taskq.dlq.record import ErrorInfo, make_record
 from taskq.dlq.write import Letter, prepare
 from taskq.dlq.write import send as send_letter
 from taskq.dlq.write import store as store_letter
-from taskq.flow import final_id
 from taskq.ids import safe_id
 from taskq.nats import PubAck
 from taskq.policy import Ack, Cancel, Dead, Decision, Failure, Outcome, Success
-from taskq.results import encoded, store_encoded
-from taskq.results import store as store_result
+from taskq.records.results import encoded, store_encoded
+from taskq.records.results import store as store_result
 from taskq.workers.job import Job
 from taskq.workers.outcomes import final_record, record_fields, result_record
-from taskq.workflows import advance
+from taskq.workflows.canvas import advance
+from taskq.workflows.state import final_id
 
 
 @dataclass(slots=True)
@@ -70,8 +70,8 @@ async def store(
     envelope = job.envelope
     if envelope is not None and writes.record is not None:
         await store_encoded(client, envelope.id, writes.record)
-    if envelope is not None and envelope.flow is not None:
-        final = final_id(envelope.flow, envelope.id)
+    if envelope is not None and envelope.workflow is not None:
+        final = final_id(envelope.workflow, envelope.id)
         if isinstance(decision, Ack) and isinstance(outcome, Success):
             await advance(client, envelope, outcome.value)  # before the ack
         elif isinstance(decision, Dead | Cancel) and final:

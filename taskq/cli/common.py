@@ -18,6 +18,7 @@ import click
 
 from taskq.app import App
 from taskq.client import Client
+from taskq.records.clock import SECONDS
 from taskq.settings import Settings
 
 T = TypeVar("T")
@@ -172,7 +173,6 @@ def parse_json_args(text: str | None) -> tuple[list[Any], dict[str, Any]]:
 
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def parse_duration(_ctx: Any, _param: Any, value: str | None) -> float | None:
@@ -182,7 +182,7 @@ def parse_duration(_ctx: Any, _param: Any, value: str | None) -> float | None:
     match = _DURATION.match(value.strip())
     if not match:
         raise click.BadParameter(f"{value!r} is not a duration like 30s, 15m, 2h or 7d")
-    return float(match.group(1)) * _UNITS[match.group(2)]
+    return float(match.group(1)) * SECONDS[match.group(2)]
 
 
 def confirm(yes: bool, question: str | Callable[[], str], action: str) -> None:

@@ -32,7 +32,7 @@ def demo(burst: int, no_spark: bool, dashboard: bool, dashboard_port: int) -> No
     Spark job and a Spark batch on a local SparkSession). With --dashboard, the system
     then keeps running (a few tasks a second) and `taskq dashboard` serves it until Ctrl-C."""
     from taskq.cli.dashboard import installed
-    from taskq.demo import run_demo
+    from taskq.cli.demo_run import run_demo
 
     if dashboard and not installed():
         raise click.ClickException("the dashboard needs its extra: pip install 'taskq[dashboard]'")

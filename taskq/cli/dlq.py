@@ -13,7 +13,7 @@ from taskq.cli.progressbar import progress
 from taskq.client import Client
 from taskq.dlq.browse import Filters, count_stored, get_dead, list_dead
 from taskq.dlq.record import REASONS, DeadLetter
-from taskq.tracebacks import terminal_lines
+from taskq.operate.tracebacks import terminal_lines
 
 
 def filter_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -33,22 +33,6 @@ def make_filters(
     queue: str | None, task: str | None, reason: str | None, since: float | None
 ) -> Filters:
     return Filters(queue=queue, task=task, reason=reason, since=since)
-
-
-def summary(record: DeadLetter) -> dict[str, Any]:
-    """The `ls --json` object: a stable schema for scripts."""
-    return {
-        "id": record.id,
-        "seq": record.seq,
-        "task": record.task,
-        "queue": record.queue,
-        "reason": record.reason,
-        "attempts": record.attempts,
-        "error": {"type": record.error.type, "message": record.error.message},
-        "failed_at": record.failed_at,
-        "worker": record.worker,
-        "original_seq": record.original_seq,
-    }
 
 
 @click.group()
@@ -74,7 +58,7 @@ def ls(
     filters = make_filters(queue, task, reason, since)
     records = ctx.run(lambda client: list_dead(client, filters, limit=limit, newest_first=True))
     if as_json:
-        click.echo(json.dumps([summary(r) for r in records], indent=2))
+        click.echo(json.dumps([r.to_dict() for r in records], indent=2))
         return
     if not records:
         click.echo("no dead letters")
@@ -105,7 +89,7 @@ def show(ctx: Context, ref: str, as_json: bool, verbose: bool) -> None:
     if as_json:
         click.echo(record.model_dump_json(indent=2))
         return
-    for key, value in summary(record).items():
+    for key, value in record.to_dict().items():
         if key != "error":
             click.echo(f"{key:13} {value}")
     message = record.model_dump(mode="json", include={"message"})["message"]  # typed or dict

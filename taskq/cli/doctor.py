@@ -29,7 +29,7 @@ def doctor(ctx: Context, monitors: tuple[str, ...], as_json: bool) -> None:
     settings = ctx.settings()
     checks = run_async(diagnose(settings, list(monitors) or split_urls(settings.monitor_url)))
     if as_json:
-        click.echo(json.dumps([c.as_dict() for c in checks], indent=2))
+        click.echo(json.dumps([c.to_dict() for c in checks], indent=2))
     else:
         for check in checks:
             click.echo(check.line())

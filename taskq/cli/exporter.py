@@ -2,8 +2,8 @@
 
 Workers count what they do (`taskq worker --metrics-port`); what waits in a queue is the
 server's to say, and every worker would report the same figure, so one exporter process reads
-it from the server at each scrape (`taskq.queue_stats`, what `taskq queues` shows) and serves
-it with prometheus_client, the same HTTP server and text format as the workers' `/metrics`.
+it from the server at each scrape (`taskq.operate.queue_stats`, what `taskq queues` shows) and
+serves it with prometheus_client, the same HTTP server and text format as the workers' `/metrics`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import click
 
 from taskq.cli.common import Context, pass_ctx
 from taskq.client import Client
-from taskq.queue_stats import QueueStats, snapshot
+from taskq.operate.queue_stats import QueueStats, snapshot
 
 log = logging.getLogger("taskq.exporter")
 

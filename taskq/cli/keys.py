@@ -6,7 +6,7 @@ import json
 
 import click
 
-from taskq.sealing import key_id, new_key, parse_key
+from taskq.records.sealing import key_id, new_key, parse_key
 
 
 @click.command("new-key")

@@ -24,7 +24,7 @@ def limits(ctx: Context, queues: tuple[str, ...], as_json: bool) -> None:
     """Flow-control limits and their current use: running / in this window / keys busy,
     and tasks HELD waiting for the limit (see docs/flow-control.md)."""
     from taskq.flowcontrol.usage import limits_in_use
-    from taskq.queue_control import queue_parts
+    from taskq.operate.queue_control import queue_parts
 
     async def go(client: Client) -> list[LimitUse]:
         for queue in queues:  # a typo is the user's mistake, as for `taskq queues pause`

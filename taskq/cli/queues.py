@@ -20,8 +20,14 @@ from taskq.cli.common import Context, confirm, parse_duration, pass_ctx
 from taskq.cli.progressbar import progress
 from taskq.client import Client
 from taskq.errors import UnknownQueue
-from taskq.queue_control import QueuePause, pause_queue, purge_queue, resume_queue, stored_tasks
-from taskq.queue_stats import QueueStats, size, snapshot
+from taskq.operate.queue_control import (
+    QueuePause,
+    pause_queue,
+    purge_queue,
+    resume_queue,
+    stored_tasks,
+)
+from taskq.operate.queue_stats import QueueStats, size, snapshot
 
 
 def table(stats: list[QueueStats]) -> str:
@@ -114,7 +120,7 @@ async def _show(
     while True:
         stats = await snapshot(client, names, interval if interval > 0 or not watch else 1.0)
         if as_json:
-            click.echo(json.dumps([s.public() for s in stats]))
+            click.echo(json.dumps([s.to_dict() for s in stats]))
         else:
             if watch:
                 click.clear()
@@ -162,9 +168,9 @@ def resume(ctx: Context, queue: str, as_json: bool) -> None:
 
 def _report(state: QueuePause, as_json: bool) -> None:
     if as_json:
-        click.echo(json.dumps(state.public()))
+        click.echo(json.dumps(state.to_dict()))
         return
-    public = state.public()
+    public = state.to_dict()
     cell = paused_cell(state.paused, public["paused_until"])
     click.echo(f"{state.queue}: paused {cell}" if state.paused else f"{state.queue}: running")
 

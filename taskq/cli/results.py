@@ -14,8 +14,8 @@ from taskq.errors import ResultTimeout
 
 if TYPE_CHECKING:
     from taskq.client import Client
-    from taskq.progress import Progress
-    from taskq.results import ResultRecord
+    from taskq.records.progress import Progress
+    from taskq.records.results import ResultRecord
 
 
 @click.command()
@@ -39,9 +39,9 @@ def result(
 ) -> None:
     """Show the state and result of task ID (exit 1 if it failed, was cancelled, is
     unknown, or --wait timed out)."""
-    from taskq import unrecorded
-    from taskq.results import fetch
-    from taskq.results import wait as wait_for
+    from taskq.operate import unrecorded
+    from taskq.records.results import fetch
+    from taskq.records.results import wait as wait_for
 
     async def go(client: Client) -> tuple[ResultRecord | None, str]:
         if follow:
@@ -60,7 +60,7 @@ def result(
         record = await fetch(client, task_id)
         if record is not None:
             return record, record.state
-        # no record: `queued` only if its message is somewhere to be run (taskq.unrecorded)
+        # no record: `queued` only if its message is somewhere to be run (taskq.operate.unrecorded)
         return None, await unrecorded.state(client, task_id, gone="unknown")
 
     try:
@@ -76,8 +76,8 @@ async def _follow(
     client: Client, task_id: str, timeout: float | None, as_json: bool
 ) -> ResultRecord:
     """Echo each progress report until the final record, which is returned."""
-    from taskq.progress import watch
-    from taskq.results import ResultRecord
+    from taskq.records.progress import watch
+    from taskq.records.results import ResultRecord
 
     async def reports() -> ResultRecord:
         async for item in watch(client, task_id):

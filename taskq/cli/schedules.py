@@ -21,7 +21,7 @@ def schedules() -> None:
 @pass_ctx
 def ls(ctx: Context, queues: tuple[str, ...], as_json: bool) -> None:
     """List schedules: queue, name, schedule expression, next run and target subject."""
-    from taskq.schedules import list_schedules
+    from taskq.records.schedules import list_schedules
 
     found = ctx.run(lambda client: list_schedules(client, list(queues) or None))
     if as_json:
@@ -42,7 +42,7 @@ def ls(ctx: Context, queues: tuple[str, ...], as_json: bool) -> None:
 @pass_ctx
 def rm(ctx: Context, name: str, queue: str) -> None:
     """Cancel schedule NAME (as listed: periodic.cleanup, task.<id>; or a delayed task's id)."""
-    from taskq.schedules import remove
+    from taskq.records.schedules import remove
 
     if not ctx.run(lambda client: remove(client, queue, name)):
         raise click.BadParameter(f"no schedule {name!r} in queue {queue!r}", param_hint="NAME")
@@ -54,7 +54,7 @@ def rm(ctx: Context, name: str, queue: str) -> None:
 @pass_ctx
 def prune(ctx: Context, app_spec: str) -> None:
     """Remove periodic schedules whose task is no longer declared in MODULE:APP."""
-    from taskq.schedules import PERIODIC, list_schedules, remove
+    from taskq.records.schedules import PERIODIC, list_schedules, remove
 
     app = ctx.app(app_spec)
 

@@ -1,5 +1,5 @@
 """`taskq tasks ls`: recent tasks, newest first, filtered by name, queue, state and id
-prefix (taskq.task_list; the dashboard's `/tasks`)."""
+prefix (taskq.operate.task_list; the dashboard's `/tasks`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from taskq.cli.common import Context, pass_ctx
-from taskq.task_list import STATES, ListedTask, TaskFilters, recent
+from taskq.operate.task_list import STATES, ListedTask, TaskFilters, recent
 
 if TYPE_CHECKING:
     from taskq.client import Client

@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from taskq.cli.common import Context, pass_ctx
-from taskq.tracebacks import terminal_lines
+from taskq.operate.tracebacks import terminal_lines
 
 if TYPE_CHECKING:
-    from taskq.cancels import CancelReport
     from taskq.client import Client
-    from taskq.story import TaskStory
+    from taskq.operate.story import TaskStory
+    from taskq.records.cancels import CancelReport
 
 
 @click.command()
@@ -26,8 +26,8 @@ def cancel(ctx: Context, task_ids: tuple[str, ...], as_json: bool) -> None:
     Exit 0 when every id was cancelled, is being stopped, or had already finished; exit 1
     when an id is unknown (its request is kept: if it waits in a queue, it never runs).
     An id is looked up by what the server indexes, never by reading a backlog."""
-    from taskq.cancels import UNKNOWN
-    from taskq.cancels import cancel as cancel_one
+    from taskq.records.cancels import UNKNOWN
+    from taskq.records.cancels import cancel as cancel_one
 
     async def go(client: Client) -> list[CancelReport]:
         return [await cancel_one(client, task_id) for task_id in task_ids]
@@ -50,7 +50,7 @@ def cancel(ctx: Context, task_ids: tuple[str, ...], as_json: bool) -> None:
 def task(ctx: Context, task_id: str, as_json: bool, verbose: bool) -> None:
     """Everything about task ID: state, call, attempts, progress, result or error, dead
     letter, workflow (exit 1 if no such task is known)."""
-    from taskq.story import story
+    from taskq.operate.story import story
 
     async def go(client: Client) -> TaskStory | None:
         return await story(client, task_id)

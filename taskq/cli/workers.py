@@ -11,7 +11,7 @@ from taskq.cli.common import Context, pass_ctx
 
 if TYPE_CHECKING:
     from taskq.client import Client
-    from taskq.registry import WorkerRecord
+    from taskq.records.heartbeats import WorkerRecord
 
 
 @click.command()
@@ -19,26 +19,16 @@ if TYPE_CHECKING:
 @pass_ctx
 def workers(ctx: Context, as_json: bool) -> None:
     """List live workers: host, pid, queues, running tasks, uptime, heartbeat age."""
-    from taskq.registry import list_workers
+    from taskq.records.heartbeats import list_workers
 
     async def go(client: Client) -> list[WorkerRecord]:
         return await list_workers(client)
 
     found = ctx.run(go)
     if as_json:
-        click.echo(json.dumps([as_dict(w) for w in found]))
+        click.echo(json.dumps([w.to_dict() for w in found]))
     else:
         click.echo(table(found))
-
-
-def as_dict(worker: WorkerRecord) -> dict[str, object]:
-    """The `--json` object of one worker (also the dashboard's): its record, plus uptime
-    and heartbeat age in seconds."""
-    return {
-        **worker.model_dump(),
-        "uptime": round(worker.uptime(), 3),
-        "heartbeat_age": round(worker.heartbeat_age(), 3),
-    }
 
 
 def table(found: list[WorkerRecord]) -> str:

@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from taskq.cli.dlq import summary
 from taskq.dashboard.config import DashboardError
 from taskq.dashboard.forms import cursor, dlq_filters, filter_fields, text
 from taskq.dashboard.gate import checked_form
@@ -39,7 +38,7 @@ async def dlq_page(request: Request) -> Response:
     found = await dead_page(client, dlq_filters(query), limit=PAGE, before=before, after=after)
     fields = filter_fields(query)
     data = {
-        "records": [summary(r) for r in found.records],
+        "records": [r.to_dict() for r in found.records],
         "older": found.older,
         "newer": found.newer,
         "total": found.total,

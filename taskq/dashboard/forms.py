@@ -16,7 +16,7 @@ from taskq.dashboard.config import DashboardError
 from taskq.dlq.browse import Filters
 from taskq.dlq.record import REASONS
 from taskq.errors import ConfigError
-from taskq.task_list import TaskFilters
+from taskq.operate.task_list import TaskFilters
 from taskq.topology.names import check_queue, check_task
 
 FILTER_KEYS = ("queue", "task", "reason", "since", "until", "q")

@@ -18,14 +18,13 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from taskq.cli.workers import as_dict
 from taskq.client import Client
-from taskq.envelope import now_iso
 from taskq.errors import TaskqError
-from taskq.progress import latest
-from taskq.queue_stats import snapshot
-from taskq.registry import list_workers, running_on
-from taskq.results import FINAL, fetch
+from taskq.operate.queue_stats import snapshot
+from taskq.records.clock import now_iso
+from taskq.records.heartbeats import list_workers, running_on
+from taskq.records.progress import latest
+from taskq.records.results import FINAL, fetch
 
 Event = tuple[str, Any]
 INTERVAL = 2.0  # seconds between two readings of the queues: their rates' interval
@@ -72,7 +71,7 @@ async def queue_events(client: Client, queues: list[str] | None) -> AsyncIterato
     while True:
         try:
             stats = await snapshot(client, queues, interval)
-            # the registry changes once a heartbeat, and each read of it is a consumer
+            # the worker heartbeats change once an interval, and each read of it is a consumer
             if time.monotonic() - read_at >= client.settings.heartbeat:
                 workers, read_at = await list_workers(client), time.monotonic()
         except TaskqError as exc:  # the server may come back: say so and go on trying
@@ -84,8 +83,8 @@ async def queue_events(client: Client, queues: list[str] | None) -> AsyncIterato
             {
                 "at": now_iso(),
                 "rates": interval > 0,
-                "queues": [s.public() for s in stats],
-                "workers": [as_dict(w) for w in workers],
+                "queues": [s.to_dict() for s in stats],
+                "workers": [w.to_dict() for w in workers],
             },
         )
         interval = INTERVAL
@@ -104,7 +103,7 @@ async def task_events(client: Client, task_id: str) -> AsyncIterator[Event]:
         if state in FINAL:
             yield "final", {"state": state}
             return
-        if beat % every == 0:  # the registry changes once a heartbeat
+        if beat % every == 0:  # the worker heartbeats change once an interval
             running = bool(await running_on(client, task_id))
         state = "running" if running else state
         report = await latest(client, task_id)

@@ -6,12 +6,11 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from taskq.cli.workers import as_dict
 from taskq.dashboard.live import event_stream, queue_events, queues_of
 from taskq.dashboard.render import respond
 from taskq.dashboard.shared import client_of, url
-from taskq.queue_stats import snapshot
-from taskq.registry import list_workers
+from taskq.operate.queue_stats import snapshot
+from taskq.records.heartbeats import list_workers
 
 
 async def overview(request: Request) -> Response:
@@ -19,7 +18,7 @@ async def overview(request: Request) -> Response:
     client = client_of(request)
     stats = await snapshot(client, None, 0)
     workers = await list_workers(client)
-    data = {"queues": [s.public() for s in stats], "workers": [as_dict(w) for w in workers]}
+    data = {"queues": [s.to_dict() for s in stats], "workers": [w.to_dict() for w in workers]}
     return respond(
         request,
         "overview.html",
@@ -37,7 +36,7 @@ async def workers(request: Request) -> Response:
     return respond(
         request,
         "workers.html",
-        [as_dict(w) for w in found],
+        [w.to_dict() for w in found],
         title="Workers",
         workers=found,
         events="/events/queues",

@@ -6,21 +6,20 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
-from taskq.cli.dlq import summary
 from taskq.dashboard.forms import duration, text
 from taskq.dashboard.gate import checked_form
 from taskq.dashboard.render import ask, done, respond
 from taskq.dashboard.shared import client_of, param, url
 from taskq.dlq.browse import Filters
 from taskq.dlq.pages import page as dead_page
-from taskq.queue_control import (
+from taskq.operate.queue_control import (
     pause_queue,
     purge_queue,
     queue_parts,
     resume_queue,
     stored_tasks,
 )
-from taskq.queue_stats import queue_stats
+from taskq.operate.queue_stats import queue_stats
 
 RECENT = 10  # dead letters shown as the queue's recent failures
 
@@ -30,7 +29,7 @@ async def queue_page(request: Request) -> Response:
     client, queue = client_of(request), param(request, "queue")
     stats = await queue_stats(client, queue, await queue_parts(client, queue))
     failures = (await dead_page(client, Filters(queue=queue), limit=RECENT)).records
-    data = {"queue": stats.public(), "recent_failures": [summary(r) for r in failures]}
+    data = {"queue": stats.to_dict(), "recent_failures": [r.to_dict() for r in failures]}
     return respond(
         request,
         "queue.html",
@@ -47,7 +46,7 @@ async def pause(request: Request) -> Response:
     form = await checked_form(request)
     queue = param(request, "queue")
     state = await pause_queue(client_of(request), queue, for_=duration(text(form, "for"), "for"))
-    return done(request, url("queues", queue), "paused", state.public())
+    return done(request, url("queues", queue), "paused", state.to_dict())
 
 
 async def resume(request: Request) -> Response:
@@ -55,7 +54,7 @@ async def resume(request: Request) -> Response:
     await checked_form(request)
     queue = param(request, "queue")
     state = await resume_queue(client_of(request), queue)
-    return done(request, url("queues", queue), "resumed", state.public())
+    return done(request, url("queues", queue), "resumed", state.to_dict())
 
 
 async def purge(request: Request) -> Response:

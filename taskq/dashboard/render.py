@@ -17,8 +17,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from taskq.dashboard.config import DashboardConfig, DashboardError
-from taskq.envelope import parse_time
-from taskq.tracebacks import LINK_TEXT, fold, plural
+from taskq.operate.tracebacks import LINK_TEXT, fold, plural
+from taskq.records.clock import parse_time
 
 API = "/api"
 # What an action did, shown on the page it redirects to (a code, never text from the URL).
@@ -116,7 +116,7 @@ def pretty(value: Any) -> str:
 
 
 def folded_trace(text: str) -> list[dict[str, str]] | None:
-    """A traceback as the pages show it (taskq.tracebacks), one part per exception, the
+    """A traceback as the pages show it (taskq.operate.tracebacks), one part per exception, the
     raised one first: `head` (what it is to the one before: "" for the first), `shown`
     (the user's frames, then the exception), `hidden` (taskq's frames, folded) and the
     `summary` that folds them. None when it is not a traceback: shown as it is."""

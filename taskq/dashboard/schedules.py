@@ -11,7 +11,7 @@ from taskq.dashboard.forms import text
 from taskq.dashboard.gate import checked_form
 from taskq.dashboard.render import ask, done, respond
 from taskq.dashboard.shared import client_of
-from taskq.schedules import PERIODIC, list_schedules, remove
+from taskq.records.schedules import PERIODIC, list_schedules, remove
 
 
 async def schedules_page(request: Request) -> Response:

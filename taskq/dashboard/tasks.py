@@ -7,7 +7,6 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from taskq.cancels import cancel
 from taskq.dashboard.config import DashboardError
 from taskq.dashboard.forms import cursor, task_fields, task_filters
 from taskq.dashboard.gate import checked_form
@@ -16,11 +15,12 @@ from taskq.dashboard.render import API, done, respond, wants_json
 from taskq.dashboard.shared import client_of, link, param, url
 from taskq.dlq.browse import get_dead
 from taskq.dlq.requeue import requeue
-from taskq.flow_story import flow_id_of, flow_story
-from taskq.results import FINAL
-from taskq.story import story
-from taskq.task_list import STATES, recent
+from taskq.operate.story import story
+from taskq.operate.task_list import STATES, recent
+from taskq.records.cancels import cancel
+from taskq.records.results import FINAL
 from taskq.topology.partitions import queues_on_server
+from taskq.workflows.story import workflow_id_of, workflow_story
 
 LIST_PAGE = 50  # tasks a page of the task list shows
 
@@ -51,7 +51,7 @@ async def task_page(request: Request) -> Response:
     client, task_id = client_of(request), param(request, "task_id")
     told = await story(client, task_id)
     if told is None:
-        if await flow_story(client, task_id) is not None:
+        if await workflow_story(client, task_id) is not None:
             where = url("workflows", task_id)
             return RedirectResponse(API + where if wants_json(request) else where, 303)
         search = (link("/tasks", {"id": task_id}), f"List tasks whose id starts with {task_id}")
@@ -73,7 +73,7 @@ async def task_page(request: Request) -> Response:
 def _workflow_of(task_id: str, final: str | None) -> str | None:
     """The workflow a task belongs to: named by its record, or by its id's shape
     (`<flow>.<n>`, `<flow>.cb`: the final step's record names no other task)."""
-    flow = flow_id_of(final or task_id)
+    flow = workflow_id_of(final or task_id)
     return flow if flow != (final or task_id) or final else None
 
 
@@ -109,7 +109,7 @@ async def task_stream(request: Request) -> Response:
 async def workflow_page(request: Request) -> Response:
     """A chain, group or chord: every step with its state."""
     ref = param(request, "flow_id")
-    told = await flow_story(client_of(request), ref)
+    told = await workflow_story(client_of(request), ref)
     if told is None:
         raise DashboardError(404, f"no workflow {ref!r}: no step of it is known")
     return respond(request, "workflow.html", told.to_dict(), title=f"Workflow {told.id}", flow=told)

@@ -12,7 +12,7 @@ from taskq.doctor.monitor import Monitored, sync_text
 from taskq.doctor.report import Check, fail, ok, warn
 from taskq.doctor.transport import judge_transport
 from taskq.doctor.versions import judge_versions
-from taskq.queue_stats import size
+from taskq.operate.queue_stats import size
 
 MONITOR_FIX = "pass --monitor http://HOST:8222 (the server's http port) or set TASKQ_MONITOR_URL"
 SYNC_FIX = (

@@ -17,7 +17,7 @@ class Check:
     detail: str
     fix: str | None = None
 
-    def as_dict(self) -> dict[str, str | None]:
+    def to_dict(self) -> dict[str, str | None]:
         return {"check": self.check, "status": self.status, "detail": self.detail, "fix": self.fix}
 
     def line(self) -> str:

@@ -27,12 +27,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from taskq.client import Client
-from taskq.envelope import MSG_ID, Envelope, decode, format_time
 from taskq.errors import DecodeError, TaskqError
 from taskq.flowcontrol.keys import token
 from taskq.flowcontrol.store import ensure_limits
 from taskq.ids import safe_id
 from taskq.nats import StoredMessage
+from taskq.records.clock import format_time
+from taskq.records.envelope import MSG_ID, Envelope, decode
 from taskq.retrying import retry_transient
 
 BURST = "Taskq-Debounce"  # on a wake-up: the key token of its burst
@@ -83,7 +84,7 @@ async def call(client: Client, call: Envelope, key: str, seconds: float) -> tupl
 
 
 async def _replace(client: Client, subject: str, body: bytes, last: int, ttl: float) -> bool:
-    """Store the record (sealed: taskq.places) if `last` is still its last sequence."""
+    """Store the record (sealed: taskq.records.places) if `last` is still its last sequence."""
     records = client.connection.records
     stored = await retry_transient(lambda: records.replace(subject, body, last, ttl=ttl))
     return stored is not None

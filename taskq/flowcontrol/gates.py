@@ -22,7 +22,6 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from taskq.client import Client, ClientSource
-from taskq.envelope import Envelope
 from taskq.errors import ConfigError, TaskqError
 from taskq.flowcontrol import debounce as bursts
 from taskq.flowcontrol.keys import call_digest, token
@@ -31,6 +30,7 @@ from taskq.handle import TaskHandle
 from taskq.middleware import Chain
 from taskq.nats import StoredMessage
 from taskq.portal import Portal
+from taskq.records.envelope import Envelope
 from taskq.retrying import retry_transient
 
 log = logging.getLogger("taskq")

@@ -31,7 +31,6 @@ import logging
 from datetime import datetime
 
 from taskq.client import Client
-from taskq.envelope import MSG_ID
 from taskq.errors import UnsafeName
 from taskq.flowcontrol.keys import task_token, token
 from taskq.flowcontrol.store import ensure_limits
@@ -39,8 +38,9 @@ from taskq.ids import safe_id
 from taskq.nats import Delivery, StoredMessage
 from taskq.nats.outbound import check
 from taskq.nats.records import TTL
+from taskq.records.envelope import MSG_ID
+from taskq.records.schedules import SCHEDULE, TARGET, at_expression, delayed_name
 from taskq.retrying import retry_transient
-from taskq.schedules import SCHEDULE, TARGET, at_expression, delayed_name
 
 SPENT = "Taskq-Attempts-Spent"  # attempts used by earlier messages of this task
 HELD = "Taskq-Held"  # which limit held it, for people (`taskq task ID`)

@@ -15,13 +15,13 @@ from typing import Any
 
 from taskq.errors import ConfigError
 from taskq.policy import DEFAULT_ACK_WAIT
+from taskq.records.clock import SECONDS
 
 KeySource = str | Callable[..., Any]
 
 PRIORITIES = range(10)
 DEFAULT_PRIORITY = 5
 _RATE = re.compile(r"^\s*(\d+)\s*/\s*(s|sec|second|m|min|minute|h|hour)\s*$")
-_PERIODS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 @dataclass(frozen=True)
@@ -38,10 +38,10 @@ class Rate:
             raise ConfigError(
                 f"task {task!r}: rate_limit must look like '50/s', '10/m' or '100/h', not {text!r}"
             )
-        return cls(int(match.group(1)), _PERIODS[match.group(2)[0]])
+        return cls(int(match.group(1)), float(SECONDS[match.group(2)[0]]))
 
     def __str__(self) -> str:
-        unit = {1.0: "s", 60.0: "m", 3600.0: "h"}[self.period]
+        unit = next(unit for unit, seconds in SECONDS.items() if seconds == self.period)
         return f"{self.limit}/{unit}"
 
 

@@ -19,7 +19,7 @@ import random
 from dataclasses import dataclass
 
 from taskq.client import Client
-from taskq.registry import worker_name
+from taskq.records.heartbeats import worker_name
 
 
 @dataclass
@@ -29,9 +29,7 @@ class Slot:
     subject: str
     seq: int
 
-    @property
-    def index(self) -> int:
-        return int(self.subject.split(".")[4])
+    index: int
 
 
 class KeySlots:
@@ -59,12 +57,12 @@ class KeySlots:
         guess = hint if hint is not None and 0 <= hint < self.size else random.randrange(self.size)
         seq = await records.create(self.subject(guess), value, self.ttl)
         if seq is not None:
-            return Slot(self.subject(guess), seq)
+            return Slot(self.subject(guess), seq, guess)
         free = sorted(set(range(self.size)) - await self.taken(), key=lambda _: random.random())
         for index in free:
             seq = await records.create(self.subject(index), value, self.ttl)
             if seq is not None:
-                return Slot(self.subject(index), seq)
+                return Slot(self.subject(index), seq, index)
         return None
 
     async def taken(self) -> set[int]:
@@ -74,9 +72,9 @@ class KeySlots:
         )
         held = set()
         for subject in state.subjects:
-            index = subject.split(".")[4]
-            if index.isdigit():
-                held.add(int(index))
+            record = self.client.names.parse_limit_subject(subject)
+            if record is not None and record.index is not None and record.index.isdigit():
+                held.add(int(record.index))
         return held
 
     async def renew(self, slot: Slot, task_id: str) -> bool:

@@ -126,9 +126,9 @@ def _per_key(
     shown = f"{decl['max_per_key']} per {decl.get('concurrency_key') or 'key'}"
     use = LimitUse(task, str(decl["queue"]), "max_per_key", shown)
     for subject in records:
-        parts = subject.split(".", 5)  # prefix, limit, slot, key, index, task
-        if len(parts) == 6 and parts[2] == "slot" and parts[5] == task:
-            use.keys[parts[3]] = use.keys.get(parts[3], 0) + 1
+        record = client.names.parse_limit_subject(subject)
+        if record is not None and record.kind == "slot" and record.task == task:
+            use.keys[record.key] = use.keys.get(record.key, 0) + 1
     use.in_use = sum(use.keys.values())
     use.held = _held_by(held, "slot", task)
     return use
@@ -154,7 +154,10 @@ async def _rate(client: Client, decl: dict[str, Any], held: Counter[str]) -> Lim
     except NotFound:
         return use
     for subject in state.subjects:
-        key = subject.split(".")[3]
+        record = names.parse_limit_subject(subject)
+        if record is None:
+            continue
+        key = record.key
         count = await RateWindows(client, task, key, rate).in_use()
         use.keys[key if key != ALL else "-"] = count
     use.in_use = sum(use.keys.values())
@@ -166,9 +169,9 @@ def _gates(client: Client, records: dict[str, bytes]) -> list[LimitUse]:
     """Open unique_for / throttle windows, per task (they are per call, not declared)."""
     open_windows: Counter[tuple[str, str]] = Counter()
     for subject in records:
-        parts = subject.split(".", 4)  # prefix, limit, kind, token, task
-        if len(parts) == 5 and parts[2] in ("unique", "throttle"):
-            open_windows[(parts[4], parts[2])] += 1
+        record = client.names.parse_limit_subject(subject)
+        if record is not None and record.kind in ("unique", "throttle"):
+            open_windows[(record.task, record.kind)] += 1
     return [
         LimitUse(task, "", kind + "_for" if kind == "unique" else kind, "(per call)", count)
         for (task, kind), count in sorted(open_windows.items())

@@ -15,7 +15,7 @@ letter's original is kept with the dead letter); result, progress and workflow v
 References are bound to their message: anyone allowed to publish on a queue subject can
 write a reference, so it is honoured only for the app's own bucket of that kind of body and
 an object named `claim.<digest>.<random>`, `<digest>` the first 32 hex digits of the SHA-256
-of the place's owner (`taskq.places`: the message's `Nats-Msg-Id`, the schedule of a firing,
+of the place's owner (`taskq.records.places`: the message's `Nats-Msg-Id`, the schedule of a firing,
 the key of a KV value). A reference to anything else is `undecodable`, and nothing it names
 is read or deleted. Object names hold a digest, never an id.
 """
@@ -30,9 +30,9 @@ from dataclasses import dataclass
 
 from taskq.errors import DecodeError, PayloadTooLarge
 from taskq.nats.objects import Objects
-from taskq.places import CLAIM as CLAIM
-from taskq.places import Place
-from taskq.places import is_claim as is_claim
+from taskq.records.places import CLAIM as CLAIM
+from taskq.records.places import Place
+from taskq.records.places import is_claim as is_claim
 from taskq.settings import Settings
 from taskq.topology.names import Names
 

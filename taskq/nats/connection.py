@@ -15,12 +15,10 @@ from collections.abc import Awaitable, Callable
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from taskq.envelope import MSG_ID
 from taskq.errors import DecodeError
 from taskq.nats.claims import HEADROOM, Claims, is_claim
 from taskq.nats.connect import Events, open_client
 from taskq.nats.errors import Guard
-from taskq.nats.internals import JetStream
 from taskq.nats.kv import KeyValue
 from taskq.nats.messages import Messages
 from taskq.nats.objects import Objects
@@ -30,7 +28,8 @@ from taskq.nats.pull import Puller
 from taskq.nats.records import Records
 from taskq.nats.streams import Streams
 from taskq.nats.types import PubAck
-from taskq.places import Headers, Places, Seals, shares_its_object
+from taskq.records.envelope import MSG_ID
+from taskq.records.places import Headers, Places, Seals, shares_its_object
 from taskq.settings import Settings
 
 Handler = Callable[[str, bytes], Awaitable[None]]
@@ -44,13 +43,13 @@ class Connection:
         self._events = events
         self._guard = events.guard
         self.settings = settings
-        # encryption at rest (taskq.sealing): users' data is sealed on its way out and
+        # encryption at rest (taskq.records.sealing): users' data is sealed on its way out and
         # opened on its way in, here at the boundary; the rest of taskq sees plaintext
-        # (bound to their place: taskq.places)
+        # (bound to their place: taskq.records.places)
         self.sealer = settings.sealer()
         self.places = Places(settings.prefix)
         self.seals = Seals(self.sealer, self.places)
-        js = JetStream(client, timeout=5.0)  # pipelined refusals fail their publish
+        js = client.jetstream(timeout=5.0)
         self.streams = Streams(client, js, self._guard)
         self.messages = Messages(client, js, self._guard, self.seals)
         self.kv = KeyValue(

@@ -13,9 +13,6 @@ nats-py (pinned to the tested range in pyproject.toml) has no public API for the
   server read them; `taskq doctor`'s probes first wait for the queue to be written.
 - `Client._server_info`: the INFO the connected server sent (version, cluster, TLS, auth),
   which `taskq doctor` reports; nats-py exposes only the version of it.
-- `JetStreamContext._handle_async_reply` / `_publish_async_futures`: a pipelined publish the
-  server refuses is completed with the refusal (`JetStream` below; nats-py raises it inside
-  its reply callback instead, and the publish waited for an ack that never came).
 
 `check_client` and `check_subscription` verify them on live objects, so a nats-py upgrade that
 changes any of them fails loudly at connect (and in tests/test_nats_internals.py) instead
@@ -28,33 +25,12 @@ import asyncio
 import dataclasses
 from typing import Any
 
-import nats.js
-import nats.js.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from taskq.errors import BrokerError
 
 TESTED = "nats-py>=2.16,<2.17"
-
-
-class JetStream(nats.js.JetStreamContext):
-    """nats-py's JetStream context, whose pipelined publishes fail with the server's error.
-
-    nats-py 2.16 turns an error reply to `publish_async` into an exception with
-    `APIError.from_error`, which raises: it escapes the reply callback and the publish's
-    future never completes. A full store (`503 insufficient resources`) then looked like a
-    lost ack and was retried until its deadline.
-    """
-
-    async def _handle_async_reply(self, msg: Msg) -> None:
-        try:
-            await super()._handle_async_reply(msg)
-        except nats.js.errors.Error as exc:
-            token = msg.subject[len(self._nc._inbox_prefix) + 22 + 2 :]
-            future = self._publish_async_futures.get(token)
-            if future is not None and not future.done():
-                future.set_exception(exc)
 
 
 def pending_queue(sub: Any) -> asyncio.Queue[Msg]:
@@ -101,8 +77,6 @@ def check_client(client: Client) -> None:
         _changed("Client._flush_pending")
     if "_ackd" not in {f.name for f in dataclasses.fields(Msg)}:
         _changed("Msg._ackd")
-    if not hasattr(nats.js.JetStreamContext, "_handle_async_reply"):
-        _changed("JetStreamContext._handle_async_reply")
 
 
 def check_subscription(sub: Any) -> None:

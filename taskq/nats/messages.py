@@ -23,7 +23,7 @@ from taskq.nats.errors import (
 from taskq.nats.pull import Puller
 from taskq.nats.raw import request as api_request
 from taskq.nats.types import StoredMessage
-from taskq.places import Seals
+from taskq.records.places import Seals
 from taskq.retrying import patiently
 
 MULTI_LAST = 1024  # subjects one `multi_last` direct get may name (nats-server 2.15.1)

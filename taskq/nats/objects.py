@@ -10,8 +10,8 @@ from nats.js.errors import BucketNotFoundError
 
 from taskq.errors import BrokerError, NotFound, NotProvisioned, PermissionDenied
 from taskq.nats.errors import Guard
-from taskq.places import object_context
-from taskq.sealing import Sealer
+from taskq.records.places import object_context
+from taskq.records.sealing import Sealer
 
 
 class Objects:

@@ -22,8 +22,8 @@ from taskq.nats import internals
 from taskq.nats.claims import Claim, Claims, is_claim
 from taskq.nats.errors import Guard
 from taskq.nats.types import StoredMessage
-from taskq.places import Seals, shares_its_object
-from taskq.sealing import is_sealed
+from taskq.records.places import Seals, shares_its_object
+from taskq.records.sealing import is_sealed
 
 
 class Delivery:

@@ -3,7 +3,7 @@
 Idle means each queue's durable consumer has nothing waiting (`num_pending`) and nothing in
 flight (`num_ack_pending`, which also holds a task waiting out a retry delay), seen twice in
 a row with no task settled in between: a workflow's next step is published before its
-predecessor is acknowledged (taskq.workflows), so a step moving from one queue to another
+predecessor is acknowledged (taskq.workflows.canvas), so a step moving from one queue to another
 cannot fall between two reads. One-shot schedules (`countdown`, `eta`) due by the start of
 the drain must have fired (the server deletes a fired `@at` schedule); a periodic schedule
 that fell due within `LATENESS` before the start is given until then to fire.
@@ -18,9 +18,9 @@ from datetime import UTC, datetime, timedelta
 
 from taskq.client import Client
 from taskq.cron import next_fire
-from taskq.envelope import parse_time
 from taskq.errors import NotFound, TaskqError
-from taskq.schedules import ScheduleInfo, list_schedules
+from taskq.records.clock import parse_time
+from taskq.records.schedules import ScheduleInfo, list_schedules
 from taskq.topology.partitions import Part, queues_on_server
 
 POLL = 0.002  # seconds between looks at the consumers (each look: a request per stream)

@@ -19,7 +19,7 @@ from taskq.dlq.browse import list_dead
 from taskq.dlq.record import DeadLetter
 from taskq.errors import NotFound
 from taskq.ids import safe_id
-from taskq.results import ResultRecord
+from taskq.records.results import ResultRecord
 from taskq.testing.drain import drain
 from taskq.testing.environment import active
 from taskq.workers.worker import Worker

@@ -52,6 +52,16 @@ def check_task(name: str) -> str:
 
 
 @dataclass(frozen=True)
+class LimitRecord:
+    """A flow-control record's subject read back (`Names.parse_limit_subject`)."""
+
+    kind: str  # unique, throttle, slot, rate, decl, debounce...
+    key: str  # one token
+    index: str | None  # a per-key slot's number (`slot` records only)
+    task: str  # the task name (it may span tokens)
+
+
+@dataclass(frozen=True)
 class Names:
     """All stream, consumer, bucket and subject names for one prefix."""
 
@@ -142,20 +152,22 @@ class Names:
         plain = re.sub(r"[^A-Za-z0-9_-]", "_", task)[:40]
         return f"{queue}-c-{plain}-{hashlib.sha256(task.encode()).hexdigest()[:6]}"
 
-    # priorities: a task of priority N != 5 is published to its level's subject
+    # priority levels: a task of priority N != 5 is published to its level's subject
     # `<prefix>.r.<queue>.<N>.<task>`, which that level's consumer `<queue>-p<N>` serves
-    def rank_subject(
+    # (`r` and `-p` are the server-side names deployed streams and consumers already carry:
+    # kept, and meant as "priority level" wherever they appear; a partition is `_P<i>`)
+    def level_subject(
         self, queue: str, level: int | str, task: str, partition: int | None = None
     ) -> str:
         return self._in_queue("r", queue, f"{level}.{task}", partition)
 
-    def rank_filter(self, queue: str, partition: int | None = None) -> str:
+    def levels_filter(self, queue: str, partition: int | None = None) -> str:
         return self._in_queue("r", queue, ">", partition)
 
-    def rank_consumer(self, queue: str, level: int) -> str:
+    def level_consumer(self, queue: str, level: int) -> str:
         return f"{queue}-p{level}"
 
-    def rank_level(self, subject: str) -> int | None:
+    def level_of(self, subject: str) -> int | None:
         """The priority level of a level subject (None: not one)."""
         tokens = subject.split(".")
         at = {"r": 3, "pr": 4}.get(tokens[1] if len(tokens) > 1 else "")
@@ -260,6 +272,27 @@ class Names:
         """A flow-control record: `kind` (unique, throttle, slot, decl), a one-token key,
         then the task name last (it may span tokens)."""
         return f"{self.prefix}.limit.{kind}.{token}.{task}"
+
+    def parse_limit_subject(self, subject: str) -> LimitRecord | None:
+        """A `limit_subject` read back (a `slot` record's key is `<key>.<index>`); None for
+        any other subject."""
+        head = f"{self.prefix}.limit."
+        if not subject.startswith(head):
+            return None
+        kind, _, rest = subject[len(head) :].partition(".")
+        parts = rest.split(".", 2 if kind == "slot" else 1)
+        if len(parts) != (3 if kind == "slot" else 2) or not all(parts):
+            return None
+        if kind == "slot":
+            return LimitRecord(kind, parts[0], parts[1], parts[2])
+        return LimitRecord(kind, parts[0], None, parts[1])
+
+    def parse_schedule_subject(self, subject: str) -> tuple[str, str] | None:
+        """A `schedule_subject` read back: (queue, schedule name); None for any other."""
+        parts = subject.split(".", 3)
+        if len(parts) != 4 or parts[0] != self.prefix or parts[1] != "s" or not parts[3]:
+            return None
+        return parts[2], parts[3]
 
     @property
     def limits_filter(self) -> str:

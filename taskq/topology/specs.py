@@ -66,7 +66,7 @@ def queue_stream(
         subjects=(
             names.queue_filter(queue, partition),
             names.lane_filter(queue, partition),
-            names.rank_filter(queue, partition),
+            names.levels_filter(queue, partition),
         ),
         retention="workqueue",
         replicas=settings.replicas,
@@ -161,15 +161,15 @@ def lane_consumer(
     )
 
 
-def rank_consumer(
+def level_consumer(
     names: Names, base: ConsumerSpec, queue: str, level: int, partition: int | None = None
 ) -> ConsumerSpec:
     """The consumer of one priority level of a queue (or partition): the queue consumer's
     settings (`base`) on the level's subjects."""
     return ConsumerSpec(
         stream=base.stream,
-        durable=names.rank_consumer(queue, level),
-        filter_subject=names.rank_subject(queue, level, ">", partition),
+        durable=names.level_consumer(queue, level),
+        filter_subject=names.level_subject(queue, level, ">", partition),
         ack_wait=base.ack_wait,
         max_deliver=base.max_deliver,
         max_ack_pending=base.max_ack_pending,
@@ -221,7 +221,7 @@ def results_bucket(names: Names, settings: Settings) -> BucketSpec:
         ttl=settings.results_ttl,
         history=RESULT_HISTORY,
         replicas=settings.replicas,
-        direct=True,  # recent tasks are listed by reading it by sequence (taskq.task_list)
+        direct=True,  # recent tasks are listed by reading it by sequence (taskq.operate.task_list)
     )
 
 

@@ -120,7 +120,7 @@ def layer(module: str) -> int:
     and the dashboard (a web face of the same commands), and taskq.testing."""
     if _within(module, "taskq.cli") or _within(module, "taskq.dashboard"):
         return 3
-    if module in ("taskq.demo", "taskq.__main__"):
+    if module in ("taskq.cli.demo_run", "taskq.__main__"):
         return 3
     if _within(module, "taskq.testing"):  # runs a real Worker inside the user's tests
         return 3

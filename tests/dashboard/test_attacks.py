@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from playwright.async_api import Page, expect
 
 from taskq import App
-from taskq.queue_stats import queue_stats
+from taskq.operate.queue_stats import queue_stats
 from tests.conftest import run_cli
 from tests.dashboard.conftest import Dashboard
 from tests.dashboard.http import Http

@@ -5,15 +5,14 @@ clicking, and checked on the server. The screenshots in docs/dashboard.md come f
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 
 from playwright.async_api import Locator, Page, expect
 
 import taskq
 from taskq import App
-from taskq.queue_stats import queue_stats
-from taskq.results import fetch
+from taskq.operate.queue_stats import queue_stats
+from taskq.records.results import fetch
 from tests.conftest import run_cli, running_worker, wait_until
 from tests.dashboard.conftest import Dashboard, shoot
 
@@ -46,7 +45,7 @@ async def test_overview_shows_the_waiting_count_change_live(
         await expect(page.locator("tr[data-worker]")).to_have_count(1, timeout=10_000)
         for n in range(40):  # a little traffic for the rates and the sparkline
             await send.enqueue(n)
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.1)  # spread over a few seconds: the rates' samples
         await expect(cell).to_have_text("0", timeout=15_000)
         # the worker's row follows its heartbeats (every 5 s) on the same page
         done = page.locator('tr[data-worker] [data-field="succeeded"]')
@@ -110,11 +109,11 @@ async def test_cancel_from_the_task_page_stops_a_running_task(
         await wait_until(lambda: _grew(page, first), timeout=10)
         await expect(page.locator('[data-live="state"]')).to_have_text("running", timeout=10_000)
         await shoot(page, "task")
-        started = time.monotonic()
         await page.get_by_role("button", name="Cancel task").click()
         await expect(page.locator('[data-live="state"]')).to_have_text("cancelled")
-        await wait_until(lambda: worker.stats["cancelled"] == 1, timeout=10)
-        assert time.monotonic() - started < 10
+        # stopped, not finished: uncancelled, the task runs a minute (the deadline only
+        # catches that, not a slow machine)
+        await wait_until(lambda: worker.stats["cancelled"] == 1, timeout=30)
     record = await fetch(app, handle.id)
     assert record is not None and record.state == "cancelled"
 
@@ -165,7 +164,7 @@ async def test_pause_purge_and_resume_from_the_queue_page(
         await page.get_by_role("button", name="Resume queue").click()
         await expect(page.locator(".notice")).to_have_text("Queue resumed.")
         await wait_until(lambda: ran == [1, 2], timeout=10)
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # a negative: room for a purged task to (wrongly) run
         assert ran == [1, 2] and worker.stats["succeeded"] == 2
     assert not (await queue_stats(app, "mail")).paused
 

@@ -9,7 +9,7 @@ from playwright.async_api import Page, expect
 
 from taskq import App, chain, group
 from taskq.dlq.browse import list_dead
-from taskq.queue_stats import queue_stats
+from taskq.operate.queue_stats import queue_stats
 from tests.conftest import running_worker, wait_until
 from tests.dashboard.conftest import Dashboard, shoot
 

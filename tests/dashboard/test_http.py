@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 from taskq import App, chain
 from taskq.dashboard.app import ACTIONS
-from taskq.queue_control import stored_tasks
-from taskq.queue_stats import queue_stats
+from taskq.operate.queue_control import stored_tasks
+from taskq.operate.queue_stats import queue_stats
 from taskq.server import EmbeddedServer
 from tests.conftest import run_cli, running_worker, wait_until
 from tests.dashboard.conftest import Dashboard

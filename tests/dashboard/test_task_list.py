@@ -13,10 +13,10 @@ import pytest
 from playwright.async_api import Page, expect
 
 from taskq import App
-from taskq.task_list import TaskFilters, recent
+from taskq.operate.task_list import TaskFilters, recent
 from tests.conftest import run_cli, running_worker, wait_until
 from tests.dashboard.conftest import Dashboard, shoot
-from tests.test_task_list import write
+from tests.stored import write_records
 
 
 async def test_the_task_list_filters_pages_and_searches(
@@ -30,7 +30,7 @@ async def test_the_task_list_filters_pages_and_searches(
     async def boom(n: int) -> None:
         raise ValueError(f"boom {n}")
 
-    await write(app, 60)  # older records: pages of them
+    await write_records(app, 60)  # older records: pages of them
     async with running_worker(app) as worker:
         sent = [await send.enqueue(n) for n in range(3)]
         for handle in sent:
@@ -92,7 +92,7 @@ async def test_a_page_of_tasks_with_100000_records(app: App, dashboard: Dashboar
     docs/dashboard.md (no wall-clock assertion)."""
     started = time.perf_counter()
     for start in range(0, 100_000, 10_000):
-        await write(app, 10_000, start)
+        await write_records(app, 10_000, start)
     print(f"\nwrote 100,000 records in {time.perf_counter() - started:.1f} s")
     timings = {}
     for name, path in (

@@ -20,8 +20,8 @@ from taskq.dashboard.csrf import CsrfTokens
 from taskq.dashboard.hosts import HostRule, parse_allowed
 from taskq.dashboard.serve import address
 from taskq.errors import ConfigError
-from taskq.flow_story import flow_id_of
 from taskq.settings import Settings
+from taskq.workflows.story import workflow_id_of
 from tests.conftest import ROOT, run_cli
 
 NOW = datetime(2026, 11, 23, 21, 21, 23, 600_000, tzinfo=UTC)  # a Monday
@@ -166,10 +166,10 @@ def test_the_server_label_never_holds_credentials() -> None:
 
 
 def test_workflow_ids() -> None:
-    assert flow_id_of("01ABC.3") == "01ABC"
-    assert flow_id_of("01ABC.cb") == "01ABC"
-    assert flow_id_of("01ABC") == "01ABC"
-    assert flow_id_of("order.shipping") == "order.shipping"
+    assert workflow_id_of("01ABC.3") == "01ABC"
+    assert workflow_id_of("01ABC.cb") == "01ABC"
+    assert workflow_id_of("01ABC") == "01ABC"
+    assert workflow_id_of("order.shipping") == "order.shipping"
 
 
 def test_demo_keeps_running_under_the_dashboard_until_ctrl_c() -> None:

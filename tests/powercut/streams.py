@@ -1,4 +1,5 @@
-"""Reading what a stream holds after a power cut, with plain nats-py."""
+"""Reading what a stream holds after a power cut, with plain nats-py; and the tasks the
+power-cut tests enqueue before it."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from nats.js.errors import NotFoundError
 
 from taskq import App
 from taskq.errors import NotFound
+from tests.apps import reliable
 
 
 async def streams_led(url: str) -> bool:
@@ -28,6 +30,23 @@ async def streams_led(url: str) -> bool:
     streams = reply.get("streams") or []
     led = all((i.get("cluster") or {}).get("leader") for i in streams)
     return "error" not in reply and not reply.get("missing") and led
+
+
+async def enqueue_some(app: App, count: int) -> list[str]:
+    """`count` tasks, half one by one and half with enqueue_many, all acknowledged."""
+    ids = [f"p{i:04d}" for i in range(count)]
+    for tid in ids[: count // 2]:
+        await reliable.echo.enqueue(tid)
+    await reliable.echo.enqueue_many([{"tid": tid} for tid in ids[count // 2 :]])
+    return ids
+
+
+async def stored_ids(app: App) -> set[str]:
+    """Task ids of the messages in the default queue's stream (none if it is gone)."""
+    try:
+        return await ids_in_stream(app, app.names.queue_stream("default"))
+    except NotFound:
+        return set()
 
 
 async def ids_in_stream(app: App, stream: str) -> set[str]:

@@ -37,7 +37,7 @@ from tests.apps import reliable
 from tests.conftest import running_worker, wait_until
 from tests.powercut.mount import PowerCutMount
 from tests.powercut.rig import Rig
-from tests.powercut.test_power_loss import enqueue_some, stored_ids
+from tests.powercut.streams import enqueue_some, stored_ids
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -28,14 +28,13 @@ import pytest
 
 from taskq import App, chord, group
 from taskq.dlq.browse import list_dead
-from taskq.errors import NotFound
-from taskq.registry import list_workers
-from taskq.results import fetch
-from taskq.schedules import delayed_name, list_schedules
+from taskq.records.heartbeats import list_workers
+from taskq.records.results import fetch
+from taskq.records.schedules import delayed_name, list_schedules
 from tests.apps import powered, reliable
 from tests.conftest import wait_until
 from tests.powercut.rig import Rig
-from tests.powercut.streams import ids_in_stream
+from tests.powercut.streams import enqueue_some, stored_ids
 from tests.reliability.ledger import all_done, runs
 
 # a cluster's restart elects a leader per stream: slower, so run with `-m slow`
@@ -43,23 +42,6 @@ CLUSTER = pytest.param("cluster", marks=[pytest.mark.slow, pytest.mark.timeout(3
 TOPOLOGIES = ["single", CLUSTER]
 RELIABLE = "tests.apps.reliable:app"
 POWERED = "tests.apps.powered:app"
-
-
-async def enqueue_some(app: App, count: int) -> list[str]:
-    """`count` tasks, half one by one and half with enqueue_many, all acknowledged."""
-    ids = [f"p{i:04d}" for i in range(count)]
-    for tid in ids[: count // 2]:
-        await reliable.echo.enqueue(tid)
-    await reliable.echo.enqueue_many([{"tid": tid} for tid in ids[count // 2 :]])
-    return ids
-
-
-async def stored_ids(app: App) -> set[str]:
-    """Task ids of the messages in the default queue's stream (none if it is gone)."""
-    try:
-        return await ids_in_stream(app, app.names.queue_stream("default"))
-    except NotFound:
-        return set()
 
 
 @pytest.mark.parametrize("topology", TOPOLOGIES)

@@ -99,7 +99,7 @@ async def test_a_producer_cut_off_mid_enqueue_many_stores_each_task_once(
         await wait_until(started, every=0.005)
         assert not bulk.done(), "the bulk finished before the link was cut"
         proxy.cut()
-        await asyncio.sleep(OUTAGE)
+        await asyncio.sleep(OUTAGE)  # the fault itself: the link is down this long
         proxy.restore()
         handles = await asyncio.wait_for(bulk, timeout=60)
     finally:

@@ -16,7 +16,7 @@ from pathlib import Path
 from taskq import App, TaskHandle
 from taskq.ids import safe_id
 from taskq.ports import lease_port
-from taskq.results import fetch
+from taskq.records.results import fetch
 from taskq.server import EmbeddedServer
 from tests.apps import reliable
 from tests.conftest import WorkerProcess, wait_until

@@ -23,7 +23,7 @@ import pytest
 
 from taskq import App
 from taskq.ports import lease_port
-from taskq.registry import list_workers
+from taskq.records.heartbeats import list_workers
 from taskq.server import EmbeddedServer
 from tests.apps import reliable
 from tests.conftest import ROOT, cli_argv, wait_until

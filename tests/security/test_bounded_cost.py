@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from taskq import App
-from taskq.cancels import UNKNOWN, cancel
+from taskq.records.cancels import UNKNOWN, cancel
 from taskq.server import EmbeddedServer
 from tests.conftest import running_worker
 

@@ -23,11 +23,11 @@ from taskq import App
 from taskq.dlq import sweeper
 from taskq.dlq.browse import list_dead
 from taskq.dlq.record import RawOriginal
-from taskq.envelope import format_time
 from taskq.nats import StoredMessage
-from taskq.registry import list_workers
-from taskq.results import fetch
-from taskq.schedules import list_schedules
+from taskq.records.clock import format_time
+from taskq.records.heartbeats import list_workers
+from taskq.records.results import fetch
+from taskq.records.schedules import list_schedules
 from tests.conftest import run_cli, running_worker, wait_until
 
 APP = "tests.apps.ledger:app"

@@ -18,14 +18,14 @@ from nats.aio.client import Client as NatsClient
 
 from taskq.dlq.write import _subject_safe as dlq_task_token
 from taskq.dlq.write import dead_letter_id
-from taskq.envelope import MSG_ID, decode
 from taskq.errors import ConfigError, DecodeError, UnsafeName
-from taskq.firings import run_id
 from taskq.flowcontrol.held import commit_id
 from taskq.flowcontrol.keys import call_digest, token
 from taskq.ids import MAX_KEY, check_key, safe_id
 from taskq.nats.outbound import check
-from taskq.schedules import delayed_name
+from taskq.records.envelope import MSG_ID, decode
+from taskq.records.firings import run_id
+from taskq.records.schedules import delayed_name
 from taskq.topology.names import Names, check_queue, check_task
 
 # nats-py's own key alphabet (nats.js.kv): what a KV key may hold
@@ -93,7 +93,7 @@ def test_queue_and_task_names_are_refused_or_valid_everywhere(name: str) -> None
     except ConfigError:
         return
     check(names.queue_subject("q", task), {"Taskq-Task": task})
-    check(names.rank_subject("q", 9, task, 2))
+    check(names.level_subject("q", 9, task, 2))
 
 
 @settings(max_examples=300, deadline=None)

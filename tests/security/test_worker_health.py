@@ -16,7 +16,7 @@ import taskq.workers.judge as judge_module
 from taskq import App
 from taskq.dlq.browse import get_dead
 from taskq.errors import TaskFailed
-from taskq.registry import list_workers
+from taskq.records.heartbeats import list_workers
 from taskq.server import EmbeddedServer
 from taskq.workers.job import Job
 from taskq.workers.settle import Settler

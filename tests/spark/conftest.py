@@ -14,7 +14,7 @@ import pytest
 from taskq.policy import Outcome
 from taskq.settings import Settings
 from taskq.workers import Worker
-from taskq.workers.spark_session import SparkRuntime
+from taskq.workers.spark.session import SparkRuntime
 from tests.system_packages import Prerequisite, ensure
 
 STARTED: dict[str, float] = {}

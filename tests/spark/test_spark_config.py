@@ -11,7 +11,8 @@ from taskq import App, ConfigError
 from taskq.errors import SparkUnavailable
 from taskq.settings import Settings
 from taskq.workers import Worker
-from taskq.workers.spark_session import FAST_START, SparkRuntime, session_conf
+from taskq.workers.spark.conf import FAST_START, session_conf
+from taskq.workers.spark.session import SparkRuntime
 
 
 def test_local_master_gets_fast_start_and_user_conf_wins() -> None:

@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from taskq.cron import every_seconds, parse_cron
-from taskq.envelope import parse_time
 from taskq.errors import ConfigError
-from taskq.places import SCHEDULE_NEXT, SCHEDULER
+from taskq.records.clock import parse_time
+from taskq.records.places import SCHEDULE_NEXT, SCHEDULER
+from taskq.topology.names import Names
 
 PERIODIC_HEADER = "Taskq-Periodic"  # on a periodic schedule and its firings: its expression
 CATCH_UP_HEADER = "Taskq-Catch-Up"  # and what to do with a late firing
@@ -78,11 +79,13 @@ def firing(prefix: str, headers: Mapping[str, str] | None) -> Firing | None:
     schedules with a readable time: a delayed or held task, or a schedule from before
     these headers, which moves as it always did)."""
     found = headers or {}
-    parts = found.get(SCHEDULER, "").split(".", 4)
+    schedule = Names(prefix).parse_schedule_subject(found.get(SCHEDULER, ""))
     expression = found.get(PERIODIC_HEADER)
-    if len(parts) < 5 or parts[0] != prefix or parts[1] != "s" or parts[3] != "periodic":
+    if schedule is None or expression is None:
         return None
-    if expression is None:
+    queue, name = schedule
+    kind, _, task = name.partition(".")
+    if kind != "periodic" or not task:
         return None
     try:
         next_at = parse_time(found.get(SCHEDULE_NEXT, ""))
@@ -93,7 +96,7 @@ def firing(prefix: str, headers: Mapping[str, str] | None) -> Firing | None:
         return None
     policy = found.get(CATCH_UP_HEADER, "")
     policy = policy if policy in CATCH_UP else "skip"  # the default, also for older schedules
-    return Firing(found[SCHEDULER], parts[2], parts[4], due, next_at, policy)
+    return Firing(found[SCHEDULER], queue, task, due, next_at, policy)
 
 
 def due_before(expression: str, next_at: datetime) -> datetime | None:

@@ -20,7 +20,7 @@ from pydantic_core import to_json
 from taskq.client import Client, ClientSource
 from taskq.errors import ValidationError as TaskqValidationError
 from taskq.ids import safe_id
-from taskq.results import FINAL, ResultRecord, fetch, key_updates
+from taskq.records.results import FINAL, ResultRecord, fetch, key_updates
 from taskq.retrying import retry_transient
 from taskq.topology.specs import progress_bucket
 

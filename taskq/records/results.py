@@ -23,9 +23,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import to_json
 
 from taskq.client import Client, ClientSource
-from taskq.envelope import now_iso
 from taskq.errors import ResultTimeout, StorageFull, TaskCancelled, TaskDropped, TaskFailed
 from taskq.ids import safe_id
+from taskq.records.clock import now_iso
 from taskq.retrying import patiently, retry_transient
 from taskq.topology.specs import results_bucket
 

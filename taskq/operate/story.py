@@ -3,7 +3,7 @@
 Nothing is written for it beyond what running a task writes anyway: the results bucket's
 history of the task's key holds one record per settled attempt (which worker, when, how it
 ended) and the call itself; the queue stream holds a task still waiting (or running); the
-registry names the worker running it; the progress bucket its last report; the DLQ its dead
+heartbeats name the worker running it; the progress bucket its last report; the DLQ its dead
 letter. Attempts whose worker died left no record: their numbers are missing from the list.
 """
 
@@ -15,12 +15,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from taskq.client import Client, ClientSource
-from taskq.envelope import MSG_ID
 from taskq.ids import safe_id
-from taskq.locate import Waiting, find_waiting
-from taskq.progress import Progress, latest
-from taskq.registry import running_on
-from taskq.results import FINAL, ResultRecord, ensure_results, fetch
+from taskq.operate.locate import Waiting, find_waiting
+from taskq.records.envelope import MSG_ID
+from taskq.records.heartbeats import running_on
+from taskq.records.progress import Progress, latest
+from taskq.records.results import FINAL, ResultRecord, ensure_results, fetch
 
 _DIGEST = re.compile(r"h\.[0-9a-f]{64}")  # the key of an id that is not plain (safe_id)
 
@@ -98,7 +98,7 @@ async def story(source: ClientSource, task_id: str) -> TaskStory | None:
 async def _records(client: Client, task_id: str) -> list[ResultRecord]:
     kv, bucket = client.connection.kv, client.names.results_bucket
     history = await kv.history(bucket, safe_id(task_id))
-    if not history and _DIGEST.fullmatch(task_id):  # a key as listed (taskq.task_list)
+    if not history and _DIGEST.fullmatch(task_id):  # a key as listed (taskq.operate.task_list)
         history = await kv.history(bucket, task_id)
     found = []
     for entry in history:
@@ -150,7 +150,7 @@ def _from_waiting(told: TaskStory, waiting: Waiting) -> None:
     if envelope is not None:
         told.task, told.args, told.kwargs = envelope.task, envelope.args, envelope.kwargs
         told.enqueued_at = envelope.enqueued_at
-        final = getattr(envelope.flow, "final", None)
+        final = getattr(envelope.workflow, "final", None)
         told.workflow = str(final) if final and final != told.id else told.workflow
 
 

@@ -19,9 +19,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from taskq.client import Client, ClientSource
-from taskq.envelope import format_time
 from taskq.errors import ConfigError, UnknownQueue
 from taskq.nats import ConsumerPause
+from taskq.records.clock import format_time
 from taskq.task import TaskSpec
 from taskq.topology.names import check_queue, check_task
 from taskq.topology.partitions import Part, parts_on_server
@@ -40,7 +40,7 @@ class QueuePause:
     until: datetime | None
     streams: int
 
-    def public(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """The `--json` object: `paused_until` is RFC 3339, or null."""
         return {
             "queue": self.queue,
@@ -188,9 +188,9 @@ async def _targets(client: Client, queue: str, task: str | None) -> list[tuple[s
         if task:  # in the queue's subject, its concurrency lane, its priority levels
             targets += [(stream, names.queue_subject(queue, task, part))]
             targets += [(stream, names.lane_subject(queue, task, part))]
-            targets += [(stream, names.rank_subject(queue, "*", task, part))]
+            targets += [(stream, names.level_subject(queue, "*", task, part))]
         else:
             targets += [(stream, names.queue_filter(queue, part))]
             targets += [(stream, names.lane_filter(queue, part))]
-            targets += [(stream, names.rank_filter(queue, part))]
+            targets += [(stream, names.levels_filter(queue, part))]
     return targets

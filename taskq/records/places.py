@@ -30,8 +30,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from taskq.envelope import MSG_ID
-from taskq.sealing import Sealer, is_sealed
+from taskq.records.envelope import MSG_ID
+from taskq.records.sealing import Sealer, is_sealed
 
 CLAIM = b"\x00TQC1"  # a claim-check reference (taskq.nats.claims): not sealed itself
 SCHEDULER = "Nats-Scheduler"  # set by the server on a fired schedule's message
@@ -80,7 +80,8 @@ class Places:
 
     def at(self, subject: str, headers: Headers = None) -> Place | None:
         """The place of a body on `subject` (with `headers`); None when bodies there hold
-        no users' data (registry, cancels, flow-control records, counters), so stay clear."""
+        no users' data (worker heartbeats, cancels, flow-control records, counters), so stay
+        clear."""
         if subject.startswith("$KV."):
             return self._kv(subject)
         head, _, rest = subject.partition(".")

@@ -8,7 +8,6 @@ sequence) and the task name to the subject's task tokens.
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -17,7 +16,8 @@ from pydantic import ValidationError
 from pydantic_core import from_json, to_json
 
 from taskq.errors import DecodeError
-from taskq.flow import FLOW, Flow, flow_to_wire
+from taskq.records.clock import parse_time
+from taskq.workflows.state import WORKFLOW_STATE, WorkflowState, state_to_wire
 
 VERSION = 1
 MSG_ID = "Nats-Msg-Id"
@@ -40,7 +40,7 @@ class Envelope:
     enqueued_at: str | None = None
     expires_at: str | None = None
     eta: str | None = None
-    flow: Flow | None = None
+    workflow: WorkflowState | None = None  # on the wire: "flow"
     meta: dict[str, Any] = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
     queue: str = field(default="", compare=False, repr=False)
@@ -63,7 +63,7 @@ class Envelope:
             "enqueued_at": self.enqueued_at,
             "expires_at": self.expires_at,
             "eta": self.eta,
-            "flow": None if self.flow is None else flow_to_wire(self.flow),
+            "flow": None if self.workflow is None else state_to_wire(self.workflow),
             "meta": self.meta,
         }
 
@@ -118,7 +118,7 @@ def decode(
         enqueued_at=raw.get("enqueued_at"),
         expires_at=raw.get("expires_at"),
         eta=raw.get("eta"),
-        flow=_flow(raw.get("flow")),
+        workflow=_workflow(raw.get("flow")),
         meta=raw.get("meta") or {},
         headers=headers or {},
         queue=queue,
@@ -198,11 +198,11 @@ def _check_optional(raw: dict[str, Any]) -> None:
             raise DecodeError(f"{name}: not an RFC 3339 time: {value[:64]!r}") from None
 
 
-def _flow(value: dict[str, Any] | None) -> Flow | None:
+def _workflow(value: dict[str, Any] | None) -> WorkflowState | None:
     if value is None:
         return None
     try:
-        return FLOW.validate_python(value)
+        return WORKFLOW_STATE.validate_python(value)
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
         where = ".".join(str(p) for p in first.get("loc", ()))
@@ -211,32 +211,3 @@ def _flow(value: dict[str, Any] | None) -> Flow | None:
 
 def _field_error(name: str, expected: str, value: Any) -> DecodeError:
     return DecodeError(f"{name}: expected {expected}, got {type(value).__name__}")
-
-
-def now_iso() -> str:
-    """The current UTC time as RFC 3339 with a `Z`, as used on the wire."""
-    return format_epoch(time.time())
-
-
-_second: tuple[int, str] = (-1, "")  # the last whole second formatted, and its text
-
-
-def format_epoch(seconds: float) -> str:
-    """`format_time` of a `time.time()` value, at a fraction of its cost: the whole second
-    is formatted once per second (the settle path stamps every record)."""
-    global _second
-    whole, micros = divmod(round(seconds * 1_000_000), 1_000_000)  # as datetime rounds it
-    if whole != _second[0]:
-        _second = (whole, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)))
-    return f"{_second[1]}.{micros // 1000:03d}Z"
-
-
-def format_time(moment: datetime) -> str:
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def parse_time(text: str) -> datetime:
-    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)

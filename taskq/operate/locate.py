@@ -14,13 +14,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from taskq.client import Client
-from taskq.envelope import MSG_ID, Envelope, decode, parse_time
 from taskq.errors import BrokerError, DecodeError, TransientError
 from taskq.flowcontrol.held import HELD, HELD_ROOT
 from taskq.flowcontrol.keys import token
 from taskq.ids import new_id, safe_id
 from taskq.nats import StoredMessage
-from taskq.schedules import SCHEDULE, delayed_name
+from taskq.records.clock import parse_time
+from taskq.records.envelope import MSG_ID, Envelope, decode
+from taskq.records.schedules import SCHEDULE, delayed_name
 from taskq.topology.partitions import Part, queues_on_server
 
 EXPECTED_LAST_MSG_ID = "Nats-Expected-Last-Msg-Id"
@@ -178,7 +179,7 @@ def _task_filters(client: Client, queue: str, part: Part) -> list[str]:
     return [
         names.queue_filter(queue, part),
         names.lane_filter(queue, part),
-        names.rank_filter(queue, part),
+        names.levels_filter(queue, part),
     ]
 
 

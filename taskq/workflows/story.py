@@ -1,10 +1,10 @@
 """A workflow's steps and their states, by the workflow's id or any of its steps' ids.
 
-Like a task's story, nothing is written for it: every step's id is `<flow id>.<n>` (a
-chord's callback `<flow id>.cb`), so the results bucket's keys under `<flow id>.` are the
+Like a task's story, nothing is written for it: every step's id is `<workflow id>.<n>` (a
+chord's callback `<workflow id>.cb`), so the results bucket's keys under `<workflow id>.` are the
 steps that ran or failed; the queue streams hold the steps still waiting (their envelopes
 carry the workflow's shape: a chain's remaining steps, a chord's size and callback); the
-registry names the running ones. A chain's steps not enqueued yet are listed as `pending`
+heartbeats name the running ones. A chain's steps not enqueued yet are listed as `pending`
 when a waiting step's envelope names them.
 """
 
@@ -15,16 +15,16 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from taskq.client import Client, ClientSource
-from taskq.flow import CallbackFlow, ChainFlow, ChordFlow, Flow, GroupFlow
-from taskq.locate import waiting_with_prefix
-from taskq.registry import list_workers
-from taskq.results import ensure_results, fetch
+from taskq.operate.locate import waiting_with_prefix
+from taskq.records.heartbeats import list_workers
+from taskq.records.results import ensure_results, fetch
+from taskq.workflows.state import CallbackState, ChainState, ChordState, GroupState, WorkflowState
 
 CALLBACK = "cb"
 
 
 @dataclass
-class FlowStep:
+class WorkflowStep:
     """One task of a workflow: `role` is `step` (chain), `member` or `callback` (chord)."""
 
     id: str
@@ -35,30 +35,30 @@ class FlowStep:
 
 
 @dataclass
-class FlowStory:
+class WorkflowStory:
     """A workflow: its kind (chain, group, chord), its final task and every step."""
 
     id: str
     kind: str
     final: str | None
     state: str
-    steps: list[FlowStep] = field(default_factory=list)
+    steps: list[WorkflowStep] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def flow_id_of(ref: str) -> str:
+def workflow_id_of(ref: str) -> str:
     """The workflow id in `ref`, which is that id or one of its steps' ids."""
     head, dot, tail = ref.rpartition(".")
     return head if dot and (tail.isdigit() or tail == CALLBACK) else ref
 
 
-async def flow_story(source: ClientSource, ref: str) -> FlowStory | None:
+async def workflow_story(source: ClientSource, ref: str) -> WorkflowStory | None:
     """The workflow that `ref` (its id or a step's id) names; None when nothing knows it."""
     client = await source.client()
-    flow = flow_id_of(ref)
-    steps: dict[str, FlowStep] = {}
+    flow = workflow_id_of(ref)
+    steps: dict[str, WorkflowStep] = {}
     finals = await _from_results(client, flow, steps)
     shapes = await _from_queues(client, flow, steps)
     for worker in await list_workers(client):
@@ -73,10 +73,10 @@ async def flow_story(source: ClientSource, ref: str) -> FlowStory | None:
     for step in ordered:
         step.role = "step" if kind == "chain" else "member"
         step.role = "callback" if step.id == f"{flow}.{CALLBACK}" else step.role
-    return FlowStory(flow, kind, final, _overall(final, ordered, steps), ordered)
+    return WorkflowStory(flow, kind, final, _overall(final, ordered, steps), ordered)
 
 
-async def _from_results(client: Client, flow: str, steps: dict[str, FlowStep]) -> set[str]:
+async def _from_results(client: Client, flow: str, steps: dict[str, WorkflowStep]) -> set[str]:
     """Steps with a result record; returns the final ids those records name."""
     await ensure_results(client)
     keys = await client.connection.kv.keys(client.names.results_bucket, f"{flow}.*")
@@ -84,36 +84,38 @@ async def _from_results(client: Client, flow: str, steps: dict[str, FlowStep]) -
     finals: set[str] = set()
     for key, record in zip(keys, records, strict=True):
         if record is not None:
-            steps[key] = FlowStep(key, record.task, record.queue, record.state)
+            steps[key] = WorkflowStep(key, record.task, record.queue, record.state)
             finals.update([record.workflow] if record.workflow else [])
     return finals
 
 
-async def _from_queues(client: Client, flow: str, steps: dict[str, FlowStep]) -> list[Flow]:
+async def _from_queues(
+    client: Client, flow: str, steps: dict[str, WorkflowStep]
+) -> list[WorkflowState]:
     """Steps waiting in a queue (unless a record says more); returns their flows."""
-    shapes: list[Flow] = []
+    shapes: list[WorkflowState] = []
     for waiting in await waiting_with_prefix(client, f"{flow}."):
         envelope = waiting.envelope
         if envelope is None:
             continue
-        if envelope.flow is not None:
-            shapes.append(envelope.flow)
+        if envelope.workflow is not None:
+            shapes.append(envelope.workflow)
         if envelope.id not in steps or steps[envelope.id].state == "failed":
             state = "queued" if envelope.id not in steps else "failed"
-            steps[envelope.id] = FlowStep(envelope.id, envelope.task, waiting.queue, state)
+            steps[envelope.id] = WorkflowStep(envelope.id, envelope.task, waiting.queue, state)
     return shapes
 
 
 def _shape(
-    flow: str, steps: dict[str, FlowStep], shapes: list[Flow], finals: set[str]
+    flow: str, steps: dict[str, WorkflowStep], shapes: list[WorkflowState], finals: set[str]
 ) -> tuple[str, str | None]:
     """The workflow's kind and final task id, from an envelope's flow or the records."""
     for shape in shapes:
-        if isinstance(shape, ChainFlow):
+        if isinstance(shape, ChainState):
             return "chain", shape.final
-        if isinstance(shape, ChordFlow | CallbackFlow):
+        if isinstance(shape, ChordState | CallbackState):
             return "chord", f"{flow}.{CALLBACK}"
-        if isinstance(shape, GroupFlow):
+        if isinstance(shape, GroupState):
             return "group", None
     if f"{flow}.{CALLBACK}" in steps or any(f.endswith(f".{CALLBACK}") for f in finals):
         return "chord", f"{flow}.{CALLBACK}"
@@ -122,15 +124,15 @@ def _shape(
     return "group", None
 
 
-def _add_pending(flow: str, steps: dict[str, FlowStep], shapes: list[Flow]) -> None:
+def _add_pending(flow: str, steps: dict[str, WorkflowStep], shapes: list[WorkflowState]) -> None:
     """A chain's steps not enqueued yet and a chord's callback, as their flows name them."""
     for shape in shapes:
-        if isinstance(shape, ChainFlow):
+        if isinstance(shape, ChainState):
             for offset, step in enumerate(shape.rest, start=shape.step + 1):
-                steps.setdefault(f"{flow}.{offset}", FlowStep(f"{flow}.{offset}", step.task))
-        elif isinstance(shape, ChordFlow):
+                steps.setdefault(f"{flow}.{offset}", WorkflowStep(f"{flow}.{offset}", step.task))
+        elif isinstance(shape, ChordState):
             callback = f"{flow}.{CALLBACK}"
-            steps.setdefault(callback, FlowStep(callback, shape.callback.task))
+            steps.setdefault(callback, WorkflowStep(callback, shape.callback.task))
 
 
 def _index(flow: str, step_id: str) -> int:
@@ -138,7 +140,7 @@ def _index(flow: str, step_id: str) -> int:
     return int(tail) if tail.isdigit() else 1 << 30
 
 
-def _overall(final: str | None, ordered: list[FlowStep], steps: dict[str, FlowStep]) -> str:
+def _overall(final: str | None, ordered: list[WorkflowStep], steps: dict[str, WorkflowStep]) -> str:
     """The workflow's state: its final task's, else what its members say together."""
     states = {s.state for s in ordered}
     if final is not None and final in steps and steps[final].state != "pending":

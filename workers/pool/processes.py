@@ -32,7 +32,7 @@ from taskq.errors import (
 from taskq.task import Task
 from taskq.workers.execute import REMOTE_TRACE
 from taskq.workers.limits import Limits
-from taskq.workers.pool_child import STOP, Call, TaskRef, main
+from taskq.workers.pool.child import STOP, Call, TaskRef, main
 
 log = logging.getLogger("taskq.worker")
 

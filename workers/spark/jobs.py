@@ -4,7 +4,7 @@ run as one distributed job per batch, each item with its own outcome.
 A job task's function gets the SparkSession first and runs on the driver side in a thread;
 every Spark job it submits is tagged with the task id, so a timeout, a cancellation or the
 worker's shutdown cancels them (docs/spark.md). A batch task's items are gathered by a
-`Batcher` and run with `mapPartitions` over `workers.spark_items.run_partition`.
+`Batcher` and run with `mapPartitions` over `workers/spark/items.py`'s `run_partition`.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from taskq.errors import ConfigError, RemoteItemError, TaskTimeout
 from taskq.policy import Failure, Outcome, Success
 from taskq.settings import Settings
 from taskq.task import Task
-from taskq.workers import spark_items
-from taskq.workers.batcher import Batcher, Call
-from taskq.workers.spark_session import SparkRuntime
+from taskq.workers.spark import items as spark_items
+from taskq.workers.spark.batcher import Batcher, Call
+from taskq.workers.spark.session import SparkRuntime
 
 LendSlot = Callable[[], contextlib.AbstractContextManager[None]]
 

@@ -74,7 +74,7 @@ def _spark_tasks(app: App) -> None:
 def spark_problem() -> str | None:
     """Why Spark cannot run here (no pyspark, no Java 17+), or None."""
     from taskq.settings import Settings
-    from taskq.workers.spark_session import SparkRuntime
+    from taskq.workers.spark.session import SparkRuntime
 
     try:
         SparkRuntime(Settings()).check()
@@ -136,7 +136,7 @@ async def _tasks(app: App, worker: Any, burst: int) -> bool:
     drain_s = time.perf_counter() - started
     dead = await _dead_letters(app)
     from taskq.cli.queues import table
-    from taskq.queue_stats import snapshot
+    from taskq.operate.queue_stats import snapshot
 
     queues = table(await snapshot(app, None, 0))
     line = spark_line if isinstance(spark_line, str) else None

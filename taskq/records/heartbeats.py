@@ -1,4 +1,4 @@
-"""The worker registry: one heartbeat record per live worker process, in the
+"""Worker heartbeats: one record per live worker process, in the
 `<PREFIX>_WORKERS` key-value bucket (`taskq workers`).
 
 A worker writes its record every `settings.heartbeat` seconds and deletes it when it stops;
@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from taskq.client import Client, ClientSource
-from taskq.envelope import format_epoch, now_iso, parse_time
+from taskq.records.clock import now_iso, parse_time
 from taskq.retrying import retry_transient
 from taskq.topology.specs import workers_bucket
 
@@ -63,6 +63,15 @@ class WorkerRecord(BaseModel):
 
     def heartbeat_age(self, now: datetime | None = None) -> float:
         return _age(self.heartbeat_at, now)
+
+    def to_dict(self) -> dict[str, object]:
+        """Its JSON view (`taskq workers --json`, the dashboard's): the record, plus uptime
+        and heartbeat age in seconds."""
+        return {
+            **self.model_dump(),
+            "uptime": round(self.uptime(), 3),
+            "heartbeat_age": round(self.heartbeat_age(), 3),
+        }
 
 
 def worker_key(worker_id: str) -> str:
@@ -123,8 +132,3 @@ async def running_on(source: ClientSource, task_id: str) -> str:
 
 def _age(text: str, now: datetime | None) -> float:
     return max(0.0, ((now or datetime.now(UTC)) - parse_time(text)).total_seconds())
-
-
-def stamp(seconds: float) -> str:
-    """A wall-clock time (`time.time()`) as written in records."""
-    return format_epoch(seconds)

@@ -4,7 +4,7 @@ Such a task's failures, dead letters and cancels are recorded like any task's; o
 success writes nothing. So with no record, the task is either still waiting (its message is
 in a queue stream, or delayed, or held by a limit) or it succeeded: the worker removes a
 message only once it succeeded or its failure is recorded. Telling the two apart reads the
-queue streams (`taskq.locate`), which costs a scan of the backlog: the price of not writing
+queue streams (`taskq.operate.locate`), which costs a scan of the backlog: the price of not writing
 a record per task, paid by whoever asks, not by every task.
 """
 
@@ -15,8 +15,8 @@ import time
 
 from taskq.client import ClientSource
 from taskq.errors import ResultTimeout
-from taskq.locate import find_waiting
-from taskq.results import FINAL, ResultRecord, fetch
+from taskq.operate.locate import find_waiting
+from taskq.records.results import FINAL, ResultRecord, fetch
 
 
 async def state(source: ClientSource, task_id: str, gone: str = "succeeded") -> str:

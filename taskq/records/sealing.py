@@ -9,7 +9,7 @@ current and old ones: rotation is adding a new key and keeping the old ones unti
 sealed with them is left.
 
 The additional data is the 9-byte head (magic and key id) followed by the body's *context*:
-what kind of body it is and where it is stored (`taskq.places`), so a body copied under
+what kind of body it is and where it is stored (`taskq.records.places`), so a body copied under
 another key, subject or kind does not open. Bodies sealed by earlier versions (`\0TQS1`,
 bound to nothing) open only where `open_legacy_seals` allows it.
 """
@@ -90,7 +90,7 @@ class Sealer:
         self._legacy = legacy  # open `\0TQS1` bodies (sealed before contexts existed)
 
     def seal(self, data: bytes, context: bytes = b"") -> bytes:
-        """`data` sealed for `context` (what and where it is: `taskq.places`)."""
+        """`data` sealed for `context` (what and where it is: `taskq.records.places`)."""
         if self._sealer is None:
             return data
         nonce = os.urandom(NONCE)

@@ -26,7 +26,7 @@ _FROZEN = ConfigDict(frozen=True, extra="forbid")
 MAX_MEMBERS = 100_000  # a group's or chord's members, a chain's steps: bounded work per step
 # Ids a workflow makes (`<flow id>`, `<flow id>.<n>`, `<flow id>.cb`): its bookkeeping keys
 # and subjects are built from them, so a message may carry nothing else there.
-FlowId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+WorkflowId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 StepId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}\.[a-z0-9]{1,8}$")]
 TaskName = Annotated[str, AfterValidator(check_task)]
 QueueName = Annotated[str, AfterValidator(check_queue)]
@@ -44,66 +44,68 @@ class Step(BaseModel):
     kwargs: dict[str, Any] = Field(default_factory=dict)
 
 
-class ChainFlow(BaseModel):
+class ChainState(BaseModel):
     """A chain step: `rest` runs after it, each step getting the previous result first."""
 
     model_config = _FROZEN
 
     kind: Literal["chain"] = "chain"
-    id: FlowId
+    id: WorkflowId
     step: Count
     final: StepId  # the id of the last step, whose result is the chain's
     rest: tuple[Step, ...] = Field(default=(), max_length=MAX_MEMBERS)
 
 
-class GroupFlow(BaseModel):
+class GroupState(BaseModel):
     """A member of a group (`index`: its place in the group's results)."""
 
     model_config = _FROZEN
 
     kind: Literal["group"] = "group"
-    id: FlowId
+    id: WorkflowId
     index: Count | None = None
 
 
-class ChordFlow(BaseModel):
+class ChordState(BaseModel):
     """A member of a chord's header: the last of `size` members publishes `callback`."""
 
     model_config = _FROZEN
 
     kind: Literal["chord"] = "chord"
-    id: FlowId
+    id: WorkflowId
     size: Annotated[int, Field(ge=1, le=MAX_MEMBERS)]
     final: StepId  # the callback's id
     callback: Step
     index: Count | None = None
 
     @model_validator(mode="after")
-    def _member_of_it(self) -> ChordFlow:
+    def _member_of_it(self) -> ChordState:
         if self.index is not None and self.index >= self.size:
             raise ValueError(f"member {self.index} of a chord of {self.size}")
         return self
 
 
-class CallbackFlow(BaseModel):
+class CallbackState(BaseModel):
     """A chord's callback."""
 
     model_config = _FROZEN
 
     kind: Literal["callback"] = "callback"
-    id: FlowId
+    id: WorkflowId
 
 
-Flow = Annotated[ChainFlow | GroupFlow | ChordFlow | CallbackFlow, Field(discriminator="kind")]
-FLOW: TypeAdapter[Flow] = TypeAdapter(Flow)
+WorkflowState = Annotated[
+    ChainState | GroupState | ChordState | CallbackState, Field(discriminator="kind")
+]
+WORKFLOW_STATE: TypeAdapter[WorkflowState] = TypeAdapter(WorkflowState)
 
 
-def flow_to_wire(flow: Flow) -> dict[str, Any]:
+def state_to_wire(flow: WorkflowState) -> dict[str, Any]:
     """The JSON object for the envelope (no null `index` outside group and chord members)."""
     return flow.model_dump(mode="json", exclude_none=True)
 
 
-def final_id(flow: Flow | None, task_id: str) -> str | None:
+def final_id(flow: WorkflowState | None, task_id: str) -> str | None:
     """The id of the task whose result is the workflow's result (None outside workflows, or
     when `task_id` is that task)."""
     final = getattr(flow, "final", None)

@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from taskq.client import Client, ClientSource
 from taskq.errors import ConfigError, NotFound
 from taskq.nats import KVEntry
-from taskq.results import ResultRecord, ensure_results
+from taskq.records.results import ResultRecord, ensure_results
 from taskq.topology.names import check_queue, check_task
 
 STATES = ("failed", "succeeded", "dead", "cancelled", "dropped")  # what a record can say

@@ -18,50 +18,31 @@ import contextvars
 import functools
 import logging
 import os
-import re
-import shutil
-import subprocess
 import sys
-import sysconfig
-import tempfile
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
-from xml.sax.saxutils import escape
 
 from taskq.errors import SparkUnavailable, TaskTimeout
 from taskq.settings import Settings
-from taskq.workers import spark_items
+from taskq.workers.spark.conf import (
+    ALLOCATION,
+    INSTALL_FIX,
+    JAVA_FIX,
+    check_java,
+    session_conf,
+    write_pools,
+)
+from taskq.workers.spark.shipping import Shipper
 
 log = logging.getLogger("taskq.worker")
 T = TypeVar("T")
 
-INSTALL_FIX = "install it with: pip install 'taskq[spark]'"
-JAVA_FIX = "install Java 17+ (e.g. apt-get install openjdk-17-jre-headless) or set JAVA_HOME"
-# Local mode starts in ~10 s instead of ~23 s with these (measured, docs/spark.md).
-FAST_START = {
-    "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
-    "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
-    "spark.sql.shuffle.partitions": "8",
-    # no address guessing (and its warning) for a driver that talks only to itself
-    "spark.driver.host": "127.0.0.1",
-    "spark.driver.bindAddress": "127.0.0.1",
-}
-ALWAYS = {
-    # each task gets its own pool, so a short job does not queue behind a long one
-    "spark.scheduler.mode": "FAIR",
-    # a cancelled job's Python workers are killed this soon, even mid-item
-    "spark.python.task.killTimeout": "200ms",
-}
-# Packages never shipped by value: the executors import these (or do not need them).
-NOT_SHIPPED = frozenset({"__main__", "taskq", "workers", "dlq", "pyspark", "py4j"})
 CANCEL_EVERY = 0.5  # seconds between repeated cancels while a cancelled call winds down
 CANCEL_WAIT = 10.0  # then the thread is left to finish on its own
 STOP_WAIT = 30.0  # seconds a session gets to stop at shutdown
-ALLOCATION = "spark.scheduler.allocation.file"
 
 
 class SparkRuntime:
@@ -79,8 +60,7 @@ class SparkRuntime:
         self._session = session
         self._lock = threading.Lock()
         self._threads = ThreadPoolExecutor(threads, thread_name_prefix="taskq-spark")
-        self._shipped: set[str] = set()
-        self._scanned: dict[str, int] = {}  # package -> size of sys.modules when scanned
+        self.shipper = Shipper()  # code the executors get by value
         self.pools: set[str] = set()  # FAIR pools to declare when the session starts
         self._pools_file: str | None = None
 
@@ -93,6 +73,10 @@ class SparkRuntime:
     def is_connect(self) -> bool:
         """Spark Connect (`sc://`): no SparkContext or RDD API on this side."""
         return self.master.startswith("sc://")
+
+    def ship(self, fn: Callable[..., Any]) -> None:
+        """Make `fn`'s package picklable by value, so executors need not import it."""
+        self.shipper.ship(fn)
 
     def check(self) -> None:
         """Raise SparkUnavailable, naming the fix, if pyspark or Java is missing."""
@@ -160,32 +144,6 @@ class SparkRuntime:
         if self._pools_file is not None:
             with contextlib.suppress(OSError):
                 os.unlink(self._pools_file)
-
-    # -- shipping code to the executors -----------------------------------------------------
-    def ship(self, fn: Callable[..., Any]) -> None:
-        """Make `fn`'s package picklable by value, so executors need not import it.
-
-        Every loaded module of the function's top-level package that is not an installed
-        distribution goes by value (its functions and classes travel with the job).
-        """
-        if spark_items.__name__ not in self._shipped:  # the partition function of batches
-            self._ship_module(spark_items)
-        module = getattr(fn, "__module__", None) or "__main__"
-        top = module.partition(".")[0]
-        if top in NOT_SHIPPED or self._scanned.get(top) == len(sys.modules):
-            return  # __main__ is pickled by value anyway; nothing new imported since
-        self._scanned[top] = len(sys.modules)
-        for name, mod in list(sys.modules.items()):
-            if (name == top or name.startswith(top + ".")) and name not in self._shipped:
-                if _is_project_code(mod):
-                    self._ship_module(mod)
-                self._shipped.add(name)
-
-    def _ship_module(self, module: Any) -> None:
-        from pyspark import cloudpickle
-
-        cloudpickle.register_pickle_by_value(module)  # type: ignore[no-untyped-call]
-        self._shipped.add(module.__name__)
 
     # -- running and cancelling tagged jobs -------------------------------------------------
     def run_tagged(self, tag: str, pool: str, fn: Callable[..., T], *args: Any) -> T:
@@ -256,66 +214,6 @@ class SparkRuntime:
             future.exception()  # retrieved: the caller reports the timeout, not this error
         if not future.done():
             log.warning("spark call tagged %s still running after its jobs were cancelled", tag)
-
-
-def session_conf(settings: Settings) -> dict[str, str]:
-    """The Spark conf for `settings`: fast-start defaults for local mode, then taskq's own,
-    then the user's `spark_conf` (which wins)."""
-    conf: dict[str, str] = {}
-    if settings.spark_master.startswith("local"):
-        conf.update(FAST_START)
-    conf.update(ALWAYS)
-    conf.update(settings.spark_conf)
-    return conf
-
-
-def write_pools(pools: set[str]) -> str:
-    """A FAIR scheduler allocation file declaring `pools` (Spark warns about undeclared
-    pools once each); returns its path."""
-    entries = "".join(
-        f'  <pool name="{escape(name)}"><schedulingMode>FIFO</schedulingMode>'
-        "<weight>1</weight><minShare>0</minShare></pool>\n"
-        for name in sorted(pools)
-    )
-    with tempfile.NamedTemporaryFile(
-        "w", prefix="taskq-pools-", suffix=".xml", delete=False
-    ) as file:
-        file.write(f'<?xml version="1.0"?>\n<allocations>\n{entries}</allocations>\n')
-    return file.name
-
-
-def check_java() -> None:
-    """Raise SparkUnavailable unless a Java 17+ runtime is on JAVA_HOME or PATH."""
-    home = os.environ.get("JAVA_HOME")
-    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
-    if not java or not os.path.exists(java):
-        raise SparkUnavailable("Spark needs Java, and none was found", JAVA_FIX)
-    major = java_major(java)
-    if major is not None and major < 17:
-        raise SparkUnavailable(f"Spark needs Java 17+, found Java {major} at {java}", JAVA_FIX)
-
-
-def java_major(java: str) -> int | None:
-    """The major version `java -version` reports, or None when it cannot be read."""
-    try:
-        done = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    found = re.search(r'version "(\d+)(?:\.(\d+))?', done.stderr + done.stdout)
-    if not found:
-        return None
-    first = int(found.group(1))
-    return int(found.group(2) or 0) if first == 1 else first  # "1.8" is Java 8
-
-
-def _is_project_code(module: Any) -> bool:
-    """A module loaded from a source tree, not from site-packages or the standard library."""
-    path = getattr(module, "__file__", None)
-    if not path:
-        return False
-    path = os.path.realpath(path)
-    installed = {sysconfig.get_paths()[k] for k in ("purelib", "platlib", "stdlib")}
-    return not any(path.startswith(os.path.realpath(p) + os.sep) for p in installed)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -11,10 +11,10 @@ from datetime import datetime
 from typing import Any
 
 from taskq.client import Client, ClientSource
-from taskq.envelope import format_time
 from taskq.errors import NotFound, PermissionDenied
 from taskq.flowcontrol.held import held_limit
-from taskq.queue_control import FOREVER, ends
+from taskq.operate.queue_control import FOREVER, ends
+from taskq.records.clock import format_time
 from taskq.topology.partitions import Part, parts_on_server, queues_on_server
 
 
@@ -42,7 +42,7 @@ class QueueStats:
     _messages: int = 0
     _pause_end: datetime | None = None  # FOREVER for a pause until resumed
 
-    def public(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if not k.startswith("_")}
 
 

@@ -1,6 +1,6 @@
 """Inside a pool process: find the tasks, run the start hooks, then run one call at a time.
 
-A pool process is started by `taskq.workers.pool` with the references of the worker's
+A pool process is started by `taskq.workers.pool.processes` with the references of the worker's
 `executor="process"` tasks. It imports each task's module (as pickle would find the
 function), runs the apps' start hooks once, says it is ready, and then answers each call
 sent over its pipe with one reply. Its replies are pickled here, so a result that cannot
@@ -25,7 +25,7 @@ from typing import Any
 
 from taskq.app import App
 from taskq.context import TaskContext, enter, leave
-from taskq.envelope import Envelope
+from taskq.records.envelope import Envelope
 from taskq.task import Task
 from taskq.workers.limits import Limits, rss_mb
 

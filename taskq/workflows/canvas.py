@@ -26,14 +26,22 @@ from typing import Any
 from pydantic_core import to_json
 
 from taskq.client import Client
-from taskq.envelope import Envelope, now_iso
 from taskq.errors import ConfigError
-from taskq.flow import CallbackFlow, ChainFlow, ChordFlow, Flow, GroupFlow, Step
 from taskq.handle import TaskHandle
 from taskq.ids import new_id
+from taskq.records.clock import now_iso
+from taskq.records.envelope import Envelope
 from taskq.retrying import retry_transient
 from taskq.task import CallOptions, Signature
 from taskq.topology.specs import flows_bucket
+from taskq.workflows.state import (
+    CallbackState,
+    ChainState,
+    ChordState,
+    GroupState,
+    Step,
+    WorkflowState,
+)
 
 __all__ = ["GroupHandle", "Signature", "advance", "chain", "chord", "ensure_flows", "group"]
 
@@ -76,7 +84,7 @@ class chain:
         flow_id = new_id()
         first, rest = self.steps[0], self.steps[1:]
         final = f"{flow_id}.{len(self.steps) - 1}"
-        flow = ChainFlow(id=flow_id, step=0, final=final, rest=tuple(step_of(s) for s in rest))
+        flow = ChainState(id=flow_id, step=0, final=final, rest=tuple(step_of(s) for s in rest))
         await _publish(first, f"{flow_id}.0", flow)
         last = self.steps[-1].task
         return TaskHandle(final, last.name, last.queue, 0, False, first.task.app)
@@ -95,7 +103,7 @@ class group:
 
     async def enqueue(self) -> GroupHandle:
         flow_id = new_id()
-        handles = await _publish_members(self.members, flow_id, GroupFlow(id=flow_id))
+        handles = await _publish_members(self.members, flow_id, GroupState(id=flow_id))
         return GroupHandle(flow_id, tuple(handles))
 
 
@@ -109,7 +117,7 @@ class chord:
     async def enqueue(self) -> TaskHandle:
         flow_id = new_id()
         final = f"{flow_id}.cb"
-        flow = ChordFlow(
+        flow = ChordState(
             id=flow_id,
             size=len(self.header.members),
             final=final,
@@ -122,7 +130,7 @@ class chord:
 
 
 async def _publish_members(
-    members: tuple[Signature, ...], flow_id: str, flow: GroupFlow | ChordFlow
+    members: tuple[Signature, ...], flow_id: str, flow: GroupState | ChordState
 ) -> list[TaskHandle]:
     """Publish every member, many in flight at once (each under its own fixed id)."""
     handles: list[TaskHandle] = []
@@ -137,10 +145,10 @@ async def _publish_members(
     return handles
 
 
-async def _publish(sig: Signature, task_id: str, flow: Flow) -> TaskHandle:
+async def _publish(sig: Signature, task_id: str, flow: WorkflowState) -> TaskHandle:
     task = sig.task
     envelope = task.build_envelope(list(sig.args), dict(sig.kwargs), CallOptions(key=task_id))
-    return await task.send(replace(envelope, flow=flow), task.queue)
+    return await task.send(replace(envelope, workflow=flow), task.queue)
 
 
 # -- worker side ------------------------------------------------------------------------------
@@ -151,14 +159,14 @@ async def ensure_flows(client: Client) -> None:
 
 async def advance(client: Client, envelope: Envelope, value: Any) -> None:
     """After a workflow step succeeded (before its ack): move the workflow on."""
-    flow = envelope.flow
-    if isinstance(flow, ChainFlow) and flow.rest:
+    flow = envelope.workflow
+    if isinstance(flow, ChainState) and flow.rest:
         await _next_in_chain(client, flow, value)
-    elif isinstance(flow, ChordFlow):
+    elif isinstance(flow, ChordState):
         await _record_member(client, flow, value)
 
 
-async def _next_in_chain(client: Client, flow: ChainFlow, value: Any) -> None:
+async def _next_in_chain(client: Client, flow: ChainState, value: Any) -> None:
     nxt, step = flow.rest[0], flow.step + 1
     envelope = Envelope(
         id=f"{flow.id}.{step}",
@@ -166,12 +174,12 @@ async def _next_in_chain(client: Client, flow: ChainFlow, value: Any) -> None:
         args=[value, *nxt.args],
         kwargs=dict(nxt.kwargs),
         enqueued_at=now_iso(),
-        flow=flow.model_copy(update={"step": step, "rest": flow.rest[1:]}),
+        workflow=flow.model_copy(update={"step": step, "rest": flow.rest[1:]}),
     )
     await client.publish_envelope(envelope, nxt.queue)
 
 
-async def _record_member(client: Client, flow: ChordFlow, value: Any) -> None:
+async def _record_member(client: Client, flow: ChordState, value: Any) -> None:
     """Record this member's result (create-only: a compare-and-set on a fresh key), then,
     if every member's key exists, publish the callback. Whoever stores the last key sees
     the full count; a redelivered member can only re-publish the deduplicated callback."""
@@ -182,7 +190,7 @@ async def _record_member(client: Client, flow: ChordFlow, value: Any) -> None:
         await _publish_callback(client, flow)
 
 
-async def _publish_callback(client: Client, flow: ChordFlow) -> None:
+async def _publish_callback(client: Client, flow: ChordState) -> None:
     kv, bucket = client.connection.kv, client.names.flows_bucket
     found = await asyncio.gather(*(kv.get(bucket, f"{flow.id}.r.{i}") for i in range(flow.size)))
     results = [json.loads(item[0]) if item else None for item in found]
@@ -193,6 +201,6 @@ async def _publish_callback(client: Client, flow: ChordFlow) -> None:
         args=[results, *callback.args],
         kwargs=dict(callback.kwargs),
         enqueued_at=now_iso(),
-        flow=CallbackFlow(id=flow.id),
+        workflow=CallbackState(id=flow.id),
     )
     await client.publish_envelope(envelope, callback.queue)  # dedup: one callback, ever

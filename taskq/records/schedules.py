@@ -26,11 +26,12 @@ from pydantic_core import to_json
 
 from taskq.client import Client, ClientSource
 from taskq.cron import next_fire, parse_cron
-from taskq.envelope import TASK_HEADER, format_time
 from taskq.errors import BrokerError, ConfigError, NotFound
-from taskq.firings import CATCH_UP_HEADER, PERIODIC_HEADER
 from taskq.ids import safe_id
 from taskq.nats import Connection, PubAck
+from taskq.records.clock import format_time
+from taskq.records.envelope import TASK_HEADER
+from taskq.records.firings import CATCH_UP_HEADER, PERIODIC_HEADER
 from taskq.retrying import retry_transient
 from taskq.topology.names import check_queue
 from taskq.topology.partitions import queues_on_server
@@ -54,7 +55,7 @@ class Periodic:
     expression: str  # the Nats-Schedule value
     args: tuple[Any, ...] = ()
     kwargs: tuple[tuple[str, Any], ...] = ()
-    catch_up: str = "skip"  # what a late firing becomes (taskq.firings, workers/timers.py)
+    catch_up: str = "skip"  # what a late firing becomes (taskq.records.firings, workers/timers.py)
 
     @property
     def name(self) -> str:

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pydantic_core import to_json
 
 from taskq.client import Client, ClientSource
-from taskq.envelope import now_iso
 from taskq.ids import safe_id
-from taskq.locate import Waiting, find_scheduled
-from taskq.registry import running_on, worker_name
-from taskq.results import FINAL, ResultRecord, fetch, store
+from taskq.operate.locate import Waiting, find_scheduled
+from taskq.records.clock import now_iso
+from taskq.records.heartbeats import running_on, worker_name
+from taskq.records.results import FINAL, ResultRecord, fetch, store
 from taskq.retrying import retry_transient
 from taskq.topology.specs import cancels_bucket
 
