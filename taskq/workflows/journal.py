@@ -1,0 +1,146 @@
+"""A durable workflow run's journal: its events, as stored one message each on the run's
+subject of the workflows stream, and what each command's outcome is among them (pure).
+
+Events, in the order the server stored them:
+- `start`: the run's workflow, arguments and queue (its first message);
+- `decided`: one decision's round, appended atomically (one message, published only if the
+  journal is still as the decision read it): `upto`, the last event the code had seen, the
+  `commands` it made then (each with its number `n`), and `end` when the code returned or
+  raised;
+- `done` (a step's or child's outcome, `n`), `fired` (a timer of `n` fired), `signal` (a
+  named payload sent to the run), `cancel`: appended by others at any time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from taskq.errors import DecodeError, TaskCancelled, TaskFailed
+
+# the events whose arrival can unblock the code (the rest are the code's own record)
+RESOLVING = frozenset({"done", "fired", "signal", "cancel"})
+COMMANDS = frozenset({"run", "child", "sleep", "wait", "now", "uuid", "random", "patch"})
+LOCAL = frozenset({"now", "uuid", "random", "patch"})  # resolved by their own record
+MAX_EVENTS = 20_000  # events in one run's journal, at most (docs/workflows.md)
+MAX_EVENT_BYTES = 256 * 1024  # one event's JSON, at most (a step's result included)
+
+
+@dataclass(frozen=True)
+class Event:
+    """One journal event (or one command inside a `decided` event)."""
+
+    kind: str
+    n: int = -1  # a command's number, or the command a `done`/`fired` resolves
+    details: dict[str, Any] = field(default_factory=dict)
+    seq: int = 0  # where the server stored it (0: not stored yet)
+
+    @classmethod
+    def make(cls, kind: str, n: int = -1, **details: Any) -> Event:
+        return cls(kind, n, details)
+
+    @property
+    def is_command(self) -> bool:
+        return self.kind in COMMANDS
+
+    def describe(self) -> str:
+        """How an error names it: `run charge (step 3)`, `sleep (step 4)`."""
+        details = self.details
+        what = details.get("task") or details.get("workflow") or details.get("name")
+        what = what or details.get("id")
+        return f"{self.kind} {what} (step {self.n})" if what else f"{self.kind} (step {self.n})"
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"e": self.kind, **self.details}
+        if self.n >= 0:
+            body["n"] = self.n
+        return body
+
+
+def decode(data: dict[str, Any], seq: int) -> Event:
+    """An event from its stored JSON object; DecodeError for anything else."""
+    kind, n = data.get("e"), data.get("n", -1)
+    if not isinstance(kind, str) or not isinstance(n, int) or isinstance(n, bool):
+        raise DecodeError(f"journal event {seq}: no kind or number")
+    details = {k: v for k, v in data.items() if k not in ("e", "n")}
+    if kind == "decided":
+        commands = details.get("commands", [])
+        if not isinstance(commands, list) or not all(isinstance(c, dict) for c in commands):
+            raise DecodeError(f"journal event {seq}: commands must be a list of objects")
+        details["commands"] = [decode(c, seq) for c in commands]
+    return Event(kind, n, details, seq)
+
+
+def command_matches(recorded: Event, made: Event) -> bool:
+    """Whether the code's command is the one the journal recorded at its place: the same
+    kind and the same target (task, workflow or signal name); arguments may differ."""
+    if recorded.kind != made.kind:
+        return False
+    for key in ("task", "workflow", "name", "id"):
+        if recorded.details.get(key) != made.details.get(key):
+            return False
+    return True
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A command's outcome as the journal tells it: a value, or an error to raise."""
+
+    value: Any = None
+    error: Exception | None = None
+
+
+def outcome_of(
+    run_id: str, command: Event, visible: list[Event], made: list[Event]
+) -> Outcome | None:
+    """The outcome of `command` among the `visible` events (None: not known yet). A wait's
+    signal is the first one of its name not taken by an earlier wait that arrived before
+    the wait's timeout fired; every visible `cancel` ends waiting with TaskCancelled."""
+    if command.kind in LOCAL:
+        return Outcome(command.details.get("value"))
+    if command.kind == "wait":
+        return _wait_outcome(command, visible, made)
+    for event in visible:
+        if event.n == command.n and event.kind in ("done", "fired"):
+            return _resolved(run_id, command, event)
+    return None
+
+
+def _resolved(run_id: str, command: Event, event: Event) -> Outcome:
+    if event.kind == "fired" or event.details.get("ok", False):
+        return Outcome(event.details.get("value"))
+    error = event.details.get("error") or {}
+    step_id = str(event.details.get("id") or f"{run_id}.{command.n}")
+    if error.get("type") == "TaskCancelled":
+        return Outcome(error=TaskCancelled(step_id))
+    return Outcome(
+        error=TaskFailed(
+            step_id,
+            str(event.details.get("state", "dead")),
+            str(error.get("type", "")),
+            str(error.get("message", "")),
+            str(error.get("traceback", "")),
+            str(event.details.get("reason", "")),
+        )
+    )
+
+
+def _wait_outcome(command: Event, visible: list[Event], made: list[Event]) -> Outcome | None:
+    name = command.details.get("name")
+    waits = [c for c in made if c.kind == "wait" and c.details.get("name") == name]
+    signals = [e for e in visible if e.kind == "signal" and e.details.get("name") == name]
+    fired = {e.n: e.seq for e in visible if e.kind == "fired"}
+    taken: set[int] = set()
+    for wait in waits:
+        deadline = fired.get(wait.n)
+        got = next(
+            (s for s in signals if s.seq not in taken and (deadline is None or s.seq < deadline)),
+            None,
+        )
+        if got is not None:
+            taken.add(got.seq)
+        if wait.n == command.n:
+            if got is not None:
+                return Outcome(got.details.get("payload"))
+            return Outcome(None) if deadline is not None else None
+    return None

@@ -1,0 +1,197 @@
+"""Replaying a durable workflow's code against its journal (pure: no I/O here).
+
+Workflow code is ordinary async code whose only awaits are `wf.*` calls; each call is a
+*command* numbered in the order the code makes it. A decision drives the code in rounds,
+the way it first ran: every `decided` event of the journal says which events the code had
+seen (`upto`) and which commands it made then. Replaying round by round with the same
+events visible makes the same commands, so a completed step's result comes from the
+journal, never from running it again; code that now makes other commands than the journal
+recorded fails with `NonDeterminism`, naming the step. After the last round the code runs
+once more with everything visible: the commands it makes beyond the journal are the
+decision's output. A `Replayer` can be kept between decisions (the worker that ran a run
+last feeds it only the new events), so a resumption does not replay the whole history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Coroutine, Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+from taskq.errors import TaskqError
+from taskq.workflows.journal import RESOLVING, Event, Outcome, command_matches, outcome_of
+
+_PENDING = object()
+
+
+class NonDeterminism(TaskqError):
+    """The workflow's code no longer makes the commands its journal recorded (changed code
+    without `wf.patched`, or a choice that depends on something outside the journal)."""
+
+    def __init__(self, run_id: str, n: int, recorded: str, made: str) -> None:
+        self.run_id = run_id
+        self.n = n
+        self.recorded = recorded
+        self.made = made
+        super().__init__(
+            f"workflow run {run_id} is not deterministic at step {n}: its journal recorded "
+            f"{recorded}, the code now makes {made}"
+        )
+
+
+class WorkflowCodeError(TaskqError):
+    """Workflow code awaited something other than a `wf.*` call (its awaits must be
+    journaled: run I/O and anything else in a step)."""
+
+
+@dataclass
+class Command:
+    """One `wf.*` call that waits: its outcome comes from the journal (now or later)."""
+
+    replayer: Replayer
+    event: Event
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        while True:
+            found = self.replayer.outcome(self.event)
+            if found is not None:
+                if found.error is not None:
+                    raise found.error
+                return found.value
+            yield self  # blocked: the round ends here
+
+
+@dataclass
+class Blocked:
+    """What `wf.gather` yields while members are blocked."""
+
+    members: list[Any]
+
+
+class Gather:
+    """Members driven in turn, in their order; their results in order (the first member
+    that raises raises here)."""
+
+    def __init__(self, members: tuple[Awaitable[Any], ...]) -> None:
+        self._members = [m.__await__() for m in members]
+
+    def __await__(self) -> Generator[Any, None, list[Any]]:
+        results: list[Any] = [_PENDING] * len(self._members)
+        while True:
+            blocked = []
+            for i, member in enumerate(self._members):
+                if results[i] is not _PENDING:
+                    continue
+                try:
+                    blocked.append(member.send(None))
+                except StopIteration as done:
+                    results[i] = done.value
+            if not blocked:
+                return results
+            yield Blocked(blocked)
+
+
+@dataclass
+class Replayer:
+    """One run's code driven against its journal, round by round."""
+
+    run_id: str
+    code: Coroutine[Any, Any, Any] | None = None  # set once the `wf` it takes exists
+    visible: list[Event] = field(default_factory=list)  # resolving events seen so far
+    made: list[Event] = field(default_factory=list)  # the code's commands, in order
+    recorded: list[Event] = field(default_factory=list)  # the journal's commands, in order
+    ended: Outcome | None = None  # the code returned (value) or raised (error)
+    seen: int = 0  # the last journal sequence fed in
+    broken: NonDeterminism | None = None  # kept apart: workflow code may catch Exception
+
+    # -- what the code's `wf` calls ----------------------------------------------------------
+    def issue(self, kind: str, **details: Any) -> Event:
+        """The code makes a command now: the journal's one at this place (checked), or a
+        new one, numbered next."""
+        n = len(self.made)
+        made = Event.make(kind, n, **details)
+        if n < len(self.recorded):
+            recorded = self.recorded[n]
+            if not command_matches(recorded, made):
+                self.broken = NonDeterminism(self.run_id, n, recorded.describe(), made.describe())
+                raise self.broken
+            made = recorded  # its journaled details (a `now`'s value, a timer's end) hold
+        self.made.append(made)
+        return made
+
+    def upcoming(self) -> Event | None:
+        """The journal's command at the next place, when replaying (None: beyond it)."""
+        n = len(self.made)
+        return self.recorded[n] if n < len(self.recorded) else None
+
+    def outcome(self, command: Event) -> Outcome | None:
+        return outcome_of(self.run_id, command, self.visible, self.made)
+
+    # -- what a decision calls ---------------------------------------------------------------
+    def feed(self, events: list[Event]) -> None:
+        """Replay `events` (the whole journal, or what came after `seen`): each `decided`
+        event is a round, checked against the commands it recorded."""
+        for event in events:
+            if event.kind == "decided":
+                upto = int(event.details.get("upto", 0))
+                self._show([e for e in events if self.seen < e.seq <= upto])
+                self.seen = max(self.seen, upto)
+                commands: list[Event] = event.details.get("commands", [])
+                self.recorded.extend(commands)
+                self._drive()
+                self._check_round()
+        self._show([e for e in events if e.seq > self.seen])
+        self.seen = max([self.seen, *(e.seq for e in events)])
+
+    def decide(self) -> list[Event]:
+        """Drive the code with every event fed so far visible; the commands it made beyond
+        the journal (the decision records them, then carries them out)."""
+        self._drive()
+        return self.made[len(self.recorded) :]
+
+    def _show(self, events: list[Event]) -> None:
+        known = {e.seq for e in self.visible}
+        self.visible.extend(e for e in events if e.kind in RESOLVING and e.seq not in known)
+
+    def _drive(self) -> None:
+        if self.ended is not None or self.code is None:
+            return
+        try:
+            yielded = self.code.send(None)
+        except StopIteration as done:
+            self.ended = Outcome(done.value)
+        except Exception as exc:  # the workflow failed
+            self.ended = Outcome(error=exc)
+        else:
+            if not isinstance(yielded, Command | Blocked):
+                self._end(WorkflowCodeError(_foreign(yielded)))
+        if self.broken is not None:  # whatever the code made of it
+            self._end(self.broken)
+
+    def _check_round(self) -> None:
+        """A replayed round must make every command it recorded (fewer: the code changed)."""
+        if len(self.made) < len(self.recorded) and self.broken is None:
+            missing = self.recorded[len(self.made)]
+            made = "its end" if self.ended is not None else "no command"
+            self.broken = NonDeterminism(self.run_id, missing.n, missing.describe(), made)
+            self._end(self.broken)
+        elif len(self.made) > len(self.recorded) and self.broken is None:
+            extra = self.made[len(self.recorded)]
+            self.broken = NonDeterminism(self.run_id, extra.n, "no command", extra.describe())
+            self._end(self.broken)
+
+    def _end(self, error: Exception) -> None:
+        if self.code is not None:
+            self.code.close()
+        self.ended = Outcome(error=error)
+
+    def close(self) -> None:
+        if self.code is not None:
+            self.code.close()
+
+
+def _foreign(yielded: Any) -> str:
+    return (
+        f"workflow code awaited {type(yielded).__name__}, not a wf.* call: run I/O, sleeps "
+        "and anything else that is not deterministic in a step (wf.run)"
+    )
