@@ -30,6 +30,9 @@ from taskq.handle import TaskHandle
 from taskq.middleware import Middleware, Settled
 from taskq.task import Signature, Task
 from taskq.workflows.canvas import GroupHandle, chain, chord, group
+from taskq.workflows.replay import NonDeterminism
+from taskq.workflows.runs import WorkflowRun
+from taskq.workflows.workflow import Workflow
 
 __version__ = "0.1.0"
 
@@ -44,6 +47,7 @@ __all__ = [
     "HookError",
     "Middleware",
     "NoTaskContext",
+    "NonDeterminism",
     "PayloadTooLarge",
     "PermissionDenied",
     "ProcessCrashed",
@@ -64,6 +68,8 @@ __all__ = [
     "TransientError",
     "Unpicklable",
     "ValidationError",
+    "Workflow",
+    "WorkflowRun",
     "chain",
     "chord",
     "current",

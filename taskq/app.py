@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import fields
 from datetime import datetime, timedelta
 from types import MappingProxyType
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from taskq.batching import Batching
 from taskq.client import Client
@@ -29,6 +29,9 @@ from taskq.task import Task, TaskSpec
 from taskq.telemetry import Telemetry
 from taskq.topology.names import Names, check_queue, check_task
 from taskq.topology.partitions import check_partitions
+
+if TYPE_CHECKING:
+    from taskq.workflows.runs import WorkflowDef, WorkflowRun
 
 F = TypeVar("F", bound=Callable[..., Any])
 H = TypeVar("H", bound=Hook)
@@ -56,6 +59,7 @@ class App:
         self.settings = Settings.load(url=url, prefix=prefix, **settings)
         self._names = Names(self.settings.prefix)
         self.tasks: dict[str, Task[Any, Any]] = {}
+        self.workflows: dict[str, WorkflowDef] = {}  # durable workflows, by name
         self.periodics: dict[str, Periodic] = {}
         self.hooks = Hooks()
         # OpenTelemetry first: outermost, so its spans and counts see what the worker judges
@@ -194,6 +198,21 @@ class App:
             return task
 
         return register
+
+    def workflow(self, fn: Any = None, *, name: str | None = None, queue: str = "default") -> Any:
+        """Register a durable workflow (`async def flow(wf: Workflow, ...)`): usable bare
+        or with `name` and `queue` (where its decisions run); docs/workflows.md."""
+        from taskq.workflows.runs import register_workflow
+
+        if fn is not None:
+            return register_workflow(self, fn, name, queue)
+        return lambda f: register_workflow(self, f, name, queue)
+
+    def workflow_run(self, run_id: str) -> WorkflowRun:
+        """A durable workflow run from its id: signal, result, status, cancel."""
+        from taskq.workflows.runs import WorkflowRun
+
+        return WorkflowRun(run_id, self, "", "")
 
     def declare_queue(self, name: str, *, partitions: int = 1) -> None:
         """Declare a queue's layout: `partitions=N` spreads it over N streams (placed on

@@ -21,6 +21,7 @@ from taskq.records.progress import ensure_progress
 from taskq.topology.specs import events_consumer
 from taskq.workers.setup import QueueSetup, ensure_level, prepare
 from taskq.workflows.canvas import ensure_flows
+from taskq.workflows.store import ensure_workflows
 
 
 @dataclass(frozen=True)
@@ -58,12 +59,15 @@ async def provision(app: App, client: Client, queues: list[str]) -> Provisioned:
     await client.connection.streams.ensure_consumer(events_consumer(names))
     for ensure in (ensure_flows, ensure_workers, ensure_progress, ensure_cancels):
         await ensure(client)
+    if app.workflows:  # durable workflows: their journals and run summaries
+        await ensure_workflows(client)
     blobs = await client.connection.claims.provision()
     return Provisioned(
         queues=list(queues),
         streams=sorted(
             {s.stream for s in setups}
             | {names.dlq_stream, names.events_stream, names.limits_stream}
+            | ({names.workflows_stream} if app.workflows else set())
         ),
         consumers=sorted(_consumers(setups) | {f"{names.events_stream} {names.events_consumer}"}),
         buckets=sorted(
@@ -73,6 +77,7 @@ async def provision(app: App, client: Client, queues: list[str]) -> Provisioned:
                 names.workers_bucket,
                 names.progress_bucket,
                 names.cancels_bucket,
+                *([names.runs_bucket] if app.workflows else []),
                 *blobs,
             }
         ),

@@ -25,7 +25,8 @@ from taskq.records.results import store as store_result
 from taskq.workers.job import Job
 from taskq.workers.outcomes import final_record, record_fields, result_record
 from taskq.workflows.canvas import advance
-from taskq.workflows.state import final_id
+from taskq.workflows.decide import step_ended
+from taskq.workflows.state import RunStepState, final_id
 
 
 @dataclass(slots=True)
@@ -79,6 +80,8 @@ async def store(
             record = result_record(job, decision, outcome)
             if record is not None:
                 await store_result(client, final, final_record(envelope, record))
+    if envelope is not None and isinstance(envelope.workflow, RunStepState):
+        await step_ended(client, envelope, decision, outcome)  # into its run's journal
     if writes.letter is not None:
         await store_letter(client, writes.letter)
 

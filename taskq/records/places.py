@@ -11,6 +11,7 @@ therefore fails authentication and is `undecodable`. Contexts (parts joined by N
   server's `Nats-Scheduler` header) and a schedule itself (`s`: delayed, periodic, held):
   `schedule`, the schedule's subject;
 * a debounced burst's record (`limit.debounce`): `debounce`, its subject;
+* a durable workflow run's journal event (`wf`): `journal`, its subject;
 * dead letter (`dlq`): `dead`, subject, the `Taskq-Id` header;
 * KV value (`$KV.<PREFIX>_RESULTS|FLOWS|PROGRESS.<key>`): `result`, `workflow` or
   `progress`, bucket, key;
@@ -40,6 +41,7 @@ ID_HEADER = "Taskq-Id"  # a dead letter's task id
 TASK_ROOTS = frozenset({"q", "c", "r", "p", "pc", "pr"})  # tasks, lanes, levels, partitions
 FIRED_ROOT = "f"  # what a schedule fired, in the queue's timer stream
 SCHEDULE_ROOTS = frozenset({"s"})
+JOURNAL_ROOT = "wf"  # a durable workflow run's journal (taskq.workflows.journal)
 DEBOUNCE = "limit.debounce."  # a debounced burst's record (taskq.flowcontrol.debounce)
 KV_KINDS = {"RESULTS": "result", "FLOWS": "workflow", "PROGRESS": "progress"}
 Headers = Mapping[str, str] | None
@@ -49,7 +51,7 @@ Headers = Mapping[str, str] | None
 class Place:
     """What a body on one subject is: its kind, its sealing context, its claim owner."""
 
-    kind: str  # task, schedule, dead, result, workflow, progress
+    kind: str  # task, schedule, journal, dead, result, workflow, progress
     context: bytes
     owner: str | None  # None: no claim-checked body may be stored or read here
 
@@ -99,6 +101,8 @@ class Places:
             return Place("task", _context("task", self.prefix, queue), found.get(MSG_ID) or None)
         if root in SCHEDULE_ROOTS:
             return Place("schedule", _context("schedule", subject), subject)
+        if root == JOURNAL_ROOT:
+            return Place("journal", _context("journal", subject), None)
         if rest.startswith(DEBOUNCE[len("limit.") :]) and root == "limit":
             return Place("debounce", _context("debounce", subject), None)
         if root == "dlq":

@@ -247,6 +247,24 @@ class Names:
     def flows_bucket(self) -> str:
         return f"{self._up}_FLOWS"
 
+    # durable workflows: each run's journal is one subject of one stream; a summary of every
+    # run (its state, for listings) is a key of the runs bucket
+    @property
+    def workflows_stream(self) -> str:
+        return f"{self._up}_WORKFLOWS"
+
+    def journal_subject(self, run_id: str) -> str:
+        """A run's journal (`run_id` in its safe form: taskq.ids.safe_id)."""
+        return f"{self.prefix}.wf.{run_id}"
+
+    @property
+    def journals_filter(self) -> str:
+        return f"{self.prefix}.wf.>"
+
+    @property
+    def runs_bucket(self) -> str:
+        return f"{self._up}_RUNS"
+
     @property
     def blobs_bucket(self) -> str:
         return f"{self._up}_BLOBS"

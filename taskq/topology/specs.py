@@ -243,6 +243,24 @@ def flows_bucket(names: Names, settings: Settings) -> BucketSpec:
     return BucketSpec(names.flows_bucket, ttl=settings.results_ttl, replicas=settings.replicas)
 
 
+def workflows_stream(names: Names, settings: Settings) -> StreamSpec:
+    """Durable workflow runs' journals, one subject per run (limits retention: a journal
+    stays until its run has ended and its results expired, taskq.workflows.decide)."""
+    return StreamSpec(
+        name=names.workflows_stream,
+        subjects=(names.journals_filter,),
+        retention="limits",
+        replicas=settings.replicas,
+        duplicate_window=settings.duplicate_window,
+        description="taskq durable workflow journals",
+    )
+
+
+def runs_bucket(names: Names, settings: Settings) -> BucketSpec:
+    """One summary per durable workflow run (name, state, times): `taskq workflows ls`."""
+    return BucketSpec(names.runs_bucket, ttl=0.0, replicas=settings.replicas, direct=True)
+
+
 def limits_stream(names: Names, settings: Settings) -> StreamSpec:
     """Flow-control records (uniqueness and throttle windows, concurrency slots, declared
     limits): one message per subject, each with its own TTL (ADR-43)."""

@@ -13,8 +13,9 @@ Events, in the order the server stored them:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from taskq.errors import DecodeError, TaskCancelled, TaskFailed
 
@@ -24,6 +25,14 @@ COMMANDS = frozenset({"run", "child", "sleep", "wait", "now", "uuid", "random", 
 LOCAL = frozenset({"now", "uuid", "random", "patch"})  # resolved by their own record
 MAX_EVENTS = 20_000  # events in one run's journal, at most (docs/workflows.md)
 MAX_EVENT_BYTES = 256 * 1024  # one event's JSON, at most (a step's result included)
+
+
+class Definition(Protocol):
+    """What a run's decisions need of its workflow's declaration (taskq.workflows.runs)."""
+
+    name: str
+    queue: str
+    fn: Callable[..., Any]
 
 
 @dataclass(frozen=True)
@@ -52,6 +61,8 @@ class Event:
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {"e": self.kind, **self.details}
+        if self.kind == "decided":
+            body["commands"] = [c.to_json() for c in self.details.get("commands", [])]
         if self.n >= 0:
             body["n"] = self.n
         return body

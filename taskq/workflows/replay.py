@@ -103,6 +103,7 @@ class Replayer:
     ended: Outcome | None = None  # the code returned (value) or raised (error)
     seen: int = 0  # the last journal sequence fed in
     broken: NonDeterminism | None = None  # kept apart: workflow code may catch Exception
+    finished: bool = False  # a recorded round ended the run: nothing is left to decide
 
     # -- what the code's `wf` calls ----------------------------------------------------------
     def issue(self, kind: str, **details: Any) -> Event:
@@ -133,6 +134,7 @@ class Replayer:
         event is a round, checked against the commands it recorded."""
         for event in events:
             if event.kind == "decided":
+                self.finished = self.finished or "end" in event.details
                 upto = int(event.details.get("upto", 0))
                 self._show([e for e in events if self.seen < e.seq <= upto])
                 self.seen = max(self.seen, upto)

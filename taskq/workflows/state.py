@@ -94,8 +94,22 @@ class CallbackState(BaseModel):
     id: WorkflowId
 
 
+class RunStepState(BaseModel):
+    """A step of a durable workflow run: its outcome is appended to the run's journal (and
+    the run's next decision published) before the step's message is acknowledged."""
+
+    model_config = _FROZEN
+
+    kind: Literal["run"] = "run"
+    id: WorkflowId  # the run's id
+    n: Count  # the step's command number in the run
+    workflow: TaskName  # the workflow, whose decisions run as this task...
+    queue: QueueName  # ...on this queue
+
+
 WorkflowState = Annotated[
-    ChainState | GroupState | ChordState | CallbackState, Field(discriminator="kind")
+    ChainState | GroupState | ChordState | CallbackState | RunStepState,
+    Field(discriminator="kind"),
 ]
 WORKFLOW_STATE: TypeAdapter[WorkflowState] = TypeAdapter(WorkflowState)
 

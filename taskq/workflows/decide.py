@@ -1,0 +1,230 @@
+"""A durable workflow run's decisions: read its journal, replay its code, record the round,
+carry the new commands out; and what the steps, timers and signals append to wake it.
+
+A decision is an ordinary task message of the workflow's queue (task name: the workflow's
+name, argument: the run id), published whenever something the run may wait for happened (a
+step or child ended, a timer fired, a signal or cancel came), deduplicated per cause. So a
+sleeping or waiting run holds no worker and no lease, and resumes on any worker. Its round
+is appended with compare-and-set: two decisions of one run at once cannot both record one;
+the loser reads again and decides on what is new. Commands are carried out after their
+round is stored, every publish deduplicated by the command's id, so a decision redelivered
+after a crash (within the duplicate window) carries them out again safely.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from typing import Any
+
+from taskq.client import Client
+from taskq.errors import TransientError
+from taskq.ids import safe_id
+from taskq.policy import Ack, Cancel, Dead, Decision, Failure, Outcome, Success
+from taskq.records.clock import now_iso
+from taskq.records.envelope import Envelope
+from taskq.workflows import store
+from taskq.workflows.end import finish, mark_waiting
+from taskq.workflows.journal import MAX_EVENTS, Definition, Event
+from taskq.workflows.replay import Replayer
+from taskq.workflows.state import RunStepState
+from taskq.workflows.wake import Trigger, trigger
+from taskq.workflows.workflow import Workflow
+
+log = logging.getLogger("taskq.worker")
+CONFLICTS = 20  # rounds lost to a concurrent decision before this one gives up (retried)
+KEPT_RUNS = 1000  # replayers kept per worker process, most recently used first
+
+
+class Replayers:
+    """The replayers this worker process ran last, so a resumption replays only what is new."""
+
+    def __init__(self) -> None:
+        self._kept: OrderedDict[str, Replayer] = OrderedDict()
+
+    def take(self, run_id: str) -> Replayer | None:
+        return self._kept.pop(run_id, None)
+
+    def keep(self, replayer: Replayer) -> None:
+        self._kept[replayer.run_id] = replayer
+        while len(self._kept) > KEPT_RUNS:
+            _, oldest = self._kept.popitem(last=False)
+            oldest.close()
+
+
+KEPT = Replayers()
+
+
+async def decide(
+    client: Client, definition: Definition, run_id: str, fired: int, redelivered: bool
+) -> None:
+    """One decision of run `run_id` (a timer of command `fired` fired first, if >= 0)."""
+    await store.ensure_workflows(client)
+    if fired >= 0:
+        event = Event.make("fired", fired)
+        await store.append(client, run_id, event, f"{safe_id(run_id)}.f{fired}")
+    for _ in range(CONFLICTS):
+        if await _decide_once(client, definition, run_id, redelivered):
+            return
+    raise TransientError(f"workflow run {run_id}: {CONFLICTS} decisions in a row lost the race")
+
+
+async def _decide_once(
+    client: Client, definition: Definition, run_id: str, redelivered: bool
+) -> bool:
+    """Decide on what is new; False when a concurrent decision recorded its round first."""
+    replayer = KEPT.take(run_id)
+    events = await store.read(client, run_id, after=replayer.seen if replayer else 0)
+    if replayer is None:
+        replayer = _start(definition, run_id, events)
+        if replayer is None:
+            return True  # no such run (or not this workflow's): nothing to decide
+    elif events and events[0].kind == "start":  # the journal was purged and started anew
+        replayer.close()
+        return await _decide_once(client, definition, run_id, redelivered)
+    replayer.feed(events)
+    if replayer.finished:  # an earlier round ended the run
+        return True
+    round_ = _round(replayer)
+    if round_ is None:
+        KEPT.keep(replayer)
+        return True
+    seq = await store.append_after(client, run_id, round_, replayer.seen)
+    if seq is None:
+        replayer.close()  # another decision recorded first: start over from the journal
+        return False
+    replayer.recorded.extend(round_.details["commands"])
+    replayer.seen = seq
+    await _carry_out(client, definition, run_id, round_, replayer, redelivered)
+    return True
+
+
+def _start(definition: Definition, run_id: str, events: list[Event]) -> Replayer | None:
+    if not events or events[0].kind != "start":
+        return None
+    start = events[0].details
+    if start.get("workflow") != definition.name:
+        return None
+    replayer = Replayer(run_id)
+    wf = Workflow(run_id, replayer)
+    replayer.code = definition.fn(wf, *start.get("args", []), **start.get("kwargs", {}))
+    return replayer
+
+
+def _round(replayer: Replayer) -> Event | None:
+    """This decision's round: the commands made beyond the journal and the run's end (a
+    visible cancel ends it cancelled); None when there is nothing to record."""
+    cancelled = any(e.kind == "cancel" for e in replayer.visible)
+    made = [] if cancelled else replayer.decide()
+    end = _end(replayer, cancelled)
+    if len(replayer.visible) + len(replayer.made) > MAX_EVENTS and end is None:
+        end = {"state": "failed", "error": _error(store.JournalFull(replayer.run_id, MAX_EVENTS))}
+    if not made and end is None:
+        return None
+    details: dict[str, Any] = {
+        "upto": replayer.seen,
+        "at": time.time(),
+        "commands": made,
+    }
+    if end is not None:
+        details["end"] = end
+    return Event.make("decided", **details)
+
+
+def _end(replayer: Replayer, cancelled: bool) -> dict[str, Any] | None:
+    if cancelled:
+        return {"state": "cancelled"}
+    ended = replayer.ended
+    if ended is None:
+        return None
+    if ended.error is not None:
+        return {"state": "failed", "error": _error(ended.error)}
+    return {"state": "succeeded", "value": ended.value}
+
+
+def _error(exc: BaseException) -> dict[str, str]:
+    import traceback
+
+    trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return {"type": type(exc).__name__, "message": str(exc)[:2000], "traceback": trace[-20000:]}
+
+
+async def _carry_out(
+    client: Client,
+    definition: Definition,
+    run_id: str,
+    round_: Event,
+    replayer: Replayer,
+    redelivered: bool,
+) -> None:
+    """Publish the round's steps and timers (and, for a redelivered decision, those of any
+    recent round still unresolved: the crash may have come before they were sent)."""
+    here = RunStepState(id=run_id, n=0, workflow=definition.name, queue=definition.queue)
+    commands: list[Event] = list(round_.details["commands"])
+    if redelivered:
+        commands = [c for c in replayer.recorded if replayer.outcome(c) is None]
+    for command in commands:
+        await _command(client, here, command)
+    end = round_.details.get("end")
+    if end is not None:
+        await finish(client, definition, run_id, end, replayer)
+    else:
+        await mark_waiting(client, definition, run_id, replayer)
+
+
+async def _command(client: Client, here: RunStepState, command: Event) -> None:
+    details, n = command.details, command.n
+    if command.kind == "run":
+        step = Envelope(
+            id=f"{here.id}.{n}",
+            task=str(details["task"]),
+            args=list(details.get("args", [])),
+            kwargs=dict(details.get("kwargs", {})),
+            enqueued_at=now_iso(),
+            workflow=here.model_copy(update={"n": n}),
+        )
+        await client.publish_envelope(step, str(details["queue"]))
+    elif command.kind in ("sleep", "wait") and details.get("until"):
+        await trigger(client, here, Trigger(f"t{n}", str(details["until"]), n))
+
+
+async def step_ended(
+    client: Client, envelope: Envelope, decision: Decision, outcome: Outcome | None
+) -> None:
+    """A step of a run settled for good (before its ack): its outcome into the run's
+    journal, then the run's next decision (both deduplicated: a redelivered step repeats
+    nothing)."""
+    run = envelope.workflow
+    if not isinstance(run, RunStepState):
+        return
+    event = _step_event(envelope, decision, outcome)
+    if event is None:
+        return  # a retry: the step is not over
+    await store.ensure_workflows(client)
+    seq = await store.append(client, run.id, event, f"{safe_id(envelope.id)}.done")
+    await trigger(client, run, Trigger(f"s{run.n}", None))
+    log.debug("step %s of run %s ended (journal %d)", run.n, run.id, seq)
+
+
+def _step_event(envelope: Envelope, decision: Decision, outcome: Outcome | None) -> Event | None:
+    run = envelope.workflow
+    assert isinstance(run, RunStepState)
+    if isinstance(decision, Ack):
+        value = outcome.value if isinstance(outcome, Success) else None
+        return Event.make("done", run.n, id=envelope.id, ok=True, value=value)
+    if isinstance(decision, Cancel | Dead):
+        error = outcome.error if isinstance(outcome, Failure) else None
+        reason = decision.reason if isinstance(decision, Dead) else "cancelled"
+        state = "dead" if isinstance(decision, Dead) else "cancelled"
+        info = {
+            "type": type(error).__name__
+            if error
+            else ("TaskCancelled" if state == "cancelled" else ""),
+            "message": str(error) if error else getattr(decision, "detail", ""),
+            "traceback": outcome.traceback if isinstance(outcome, Failure) else "",
+        }
+        return Event.make(
+            "done", run.n, id=envelope.id, ok=False, state=state, reason=reason, error=info
+        )
+    return None

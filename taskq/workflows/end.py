@@ -1,0 +1,96 @@
+"""What a durable workflow run's decisions write besides its journal: the run's state in
+its summary while it runs, and at its end the run's result record (under the run's id in
+the results bucket, so `run.result()` waits like `handle.result()`), its parent's wake-up,
+and the cancelling of what it left running."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from taskq.client import Client
+from taskq.ids import safe_id
+from taskq.records.cancels import request as request_cancel
+from taskq.records.results import ResultRecord
+from taskq.records.results import store as store_result
+from taskq.workflows import store
+from taskq.workflows.journal import Definition, Event
+from taskq.workflows.replay import Replayer
+from taskq.workflows.state import RunStepState
+from taskq.workflows.wake import Trigger, trigger
+
+RECORDED = {"succeeded": "succeeded", "failed": "dead", "cancelled": "cancelled"}
+
+
+async def mark_waiting(
+    client: Client, definition: Definition, run_id: str, replayer: Replayer
+) -> None:
+    """The run's state while it waits: sleeping (only timers), waiting (a signal), or
+    running (steps or children under way)."""
+    pending = [c for c in replayer.made if c.kind in ("run", "child", "sleep", "wait")]
+    pending = [c for c in pending if replayer.outcome(c) is None]
+    kinds = {c.kind for c in pending}
+    state = "running"
+    if kinds == {"sleep"}:
+        state = "sleeping"
+    elif kinds and kinds <= {"wait", "sleep"}:
+        state = "waiting"
+    await _summary(client, definition, run_id, state)
+
+
+async def finish(
+    client: Client,
+    definition: Definition,
+    run_id: str,
+    end: dict[str, Any],
+    replayer: Replayer,
+) -> None:
+    """The run ended (its round with `end` is stored): its result record, its summary,
+    then its steps still running are cancelled and its parent is woken."""
+    state = str(end.get("state", "failed"))
+    error = end.get("error")
+    record = ResultRecord(
+        state=RECORDED.get(state, "dead"),
+        task=definition.name,
+        result=end.get("value"),
+        error=error if isinstance(error, dict) else None,
+        reason="workflow_failed" if state == "failed" else "",
+        queue=definition.queue,
+    )
+    message = error.get("message") if isinstance(error, dict) else None
+    await _summary(client, definition, run_id, state, message)  # final before the result
+    await store_result(client, run_id, record)
+    for command in replayer.made:
+        if command.kind == "run" and replayer.outcome(command) is None:
+            await request_cancel(client, f"{run_id}.{command.n}")
+    await _wake_parent(client, run_id, state, end)
+
+
+async def _summary(
+    client: Client, definition: Definition, run_id: str, state: str, error: str | None = None
+) -> None:
+    def change(summary: store.RunSummary | None) -> store.RunSummary | None:
+        if summary is None:
+            summary = store.RunSummary(id=run_id, name=definition.name, queue=definition.queue)
+        if summary.state in store.FINAL:
+            return None  # a late decision does not reopen an ended run
+        return summary.model_copy(update={"state": state, "error": error})
+
+    await store.update_summary(client, run_id, change)
+
+
+async def _wake_parent(client: Client, run_id: str, state: str, end: dict[str, Any]) -> None:
+    """A child run's end, into its parent's journal (as a step's would be)."""
+    events = await store.read(client, run_id)
+    parent = events[0].details.get("parent") if events else None
+    if not isinstance(parent, dict):
+        return
+    run = RunStepState.model_validate(parent)
+    ok = state == "succeeded"
+    details: dict[str, Any] = {"id": run_id, "ok": ok}
+    if ok:
+        details["value"] = end.get("value")
+    else:
+        details.update(state="dead" if state == "failed" else state, error=end.get("error") or {})
+    event = Event.make("done", run.n, **details)
+    await store.append(client, run.id, event, f"{safe_id(run_id)}.done")
+    await trigger(client, run, Trigger(f"s{run.n}"))

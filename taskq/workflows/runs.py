@@ -1,0 +1,188 @@
+"""Durable workflows as the application declares and drives them: `@app.workflow` makes a
+`WorkflowDef` (its decisions run as a task of the same name on its queue); `.start()` makes
+a `WorkflowRun`, whose `signal`, `result`, `status` and `cancel` act on the run's journal."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from taskq.arguments import ArgsValidator
+from taskq.errors import ConfigError, NotFound
+from taskq.handle import HandleSource
+from taskq.ids import new_id, safe_id
+from taskq.records.clock import now_iso
+from taskq.records.results import wait
+from taskq.workflows import store
+from taskq.workflows.decide import decide
+from taskq.workflows.journal import MAX_EVENT_BYTES, Event
+from taskq.workflows.state import RunStepState
+from taskq.workflows.wake import Trigger, trigger
+
+
+class AppLike(HandleSource, Protocol):
+    """What workflows need of their App (taskq.app.App): a Client, the portal for sync
+    calls, task registration, and its workflows by name."""
+
+    workflows: dict[str, WorkflowDef]
+
+    def task(self, fn: Any = None, **options: Any) -> Any: ...
+
+
+WorkflowFn = Callable[..., Coroutine[Any, Any, Any]]
+_RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
+DECISION_RETRIES = 50  # a decision that keeps failing on the server's side is retried long
+
+
+class WorkflowDef:
+    """A declared durable workflow: its name, queue and code."""
+
+    def __init__(self, app: AppLike, fn: WorkflowFn, name: str, queue: str) -> None:
+        self.app = app
+        self.fn = fn
+        self.name = name
+        self.queue = queue
+        self.validator = ArgsValidator(fn, name, skip_first=1)  # `wf` comes first
+        definition = self
+
+        async def decision(run: str, fired: int = -1) -> None:
+            from taskq.context import current
+
+            client = await app.client()
+            redelivered = current().attempt > 1
+            await decide(client, definition, run, fired, redelivered)
+
+        decision.__name__ = name
+        self.decider = app.task(
+            name=name,
+            queue=queue,
+            store_result=False,
+            max_retries=DECISION_RETRIES,
+            backoff=0.5,
+            backoff_max=30.0,
+        )(decision)
+
+    def options(self, *, key: str | None = None) -> WorkflowCall:
+        """`key`: the run's id, so starting it again is the same run (idempotent)."""
+        return WorkflowCall(self, key)
+
+    async def start(self, *args: Any, **kwargs: Any) -> WorkflowRun:
+        return await WorkflowCall(self, None).start(*args, **kwargs)
+
+    def start_sync(self, *args: Any, **kwargs: Any) -> WorkflowRun:
+        return self.app.portal.run(self.start(*args, **kwargs))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Coroutine[Any, Any, Any]:
+        return self.fn(*args, **kwargs)
+
+
+@dataclass(frozen=True)
+class WorkflowCall:
+    definition: WorkflowDef
+    key: str | None
+
+    async def start(self, *args: Any, **kwargs: Any) -> WorkflowRun:
+        """Start a run (or find the one already started under this key)."""
+        definition = self.definition
+        wire_args, wire_kwargs = definition.validator.for_wire(args, kwargs)
+        run_id = _run_id(self.key)
+        client = await definition.app.client()
+        await store.ensure_workflows(client)
+        start = Event.make(
+            "start",
+            workflow=definition.name,
+            queue=definition.queue,
+            args=wire_args,
+            kwargs=wire_kwargs,
+            at=now_iso(),
+        )
+        first = await store.append_after(client, run_id, start, 0)
+        if first is not None:  # a new run
+            summary = store.RunSummary(
+                id=run_id, name=definition.name, queue=definition.queue, started_at=now_iso()
+            )
+            await store.update_summary(client, run_id, lambda found: None if found else summary)
+        await trigger(client, _here(definition, run_id), Trigger("0"))
+        return WorkflowRun(run_id, definition.app, definition.name, definition.queue)
+
+    def start_sync(self, *args: Any, **kwargs: Any) -> WorkflowRun:
+        return self.definition.app.portal.run(self.start(*args, **kwargs))
+
+
+@dataclass(frozen=True)
+class WorkflowRun:
+    """A durable workflow run: its id, and what can be done to it from outside."""
+
+    id: str
+    app: AppLike
+    workflow: str
+    queue: str
+
+    async def signal(self, name: str, payload: Any = None) -> None:
+        """Send the run a signal: the payload of its next `wf.wait_for(name)` (kept until
+        the run waits for it)."""
+        if not isinstance(name, str) or not name or len(name) > 128:
+            raise ConfigError(f"a signal name is 1 to 128 characters, not {str(name)[:80]!r}")
+        client = await self.app.client()
+        event = Event.make("signal", name=name, payload=payload, at=now_iso())
+        if len(store.encoded(event)) > MAX_EVENT_BYTES:
+            raise ConfigError(f"a signal's payload is at most {MAX_EVENT_BYTES} bytes")
+        seq = await store.append(client, self.id, event, new_id())
+        await trigger(client, await _here_of(self), Trigger(f"g{seq}"))
+
+    async def cancel(self) -> None:
+        """Cancel the run: its running steps are cancelled and it ends `cancelled`."""
+        client = await self.app.client()
+        event = Event.make("cancel", at=now_iso())
+        seq = await store.append(client, self.id, event, f"{safe_id(self.id)}.cancel")
+        await trigger(client, await _here_of(self), Trigger(f"c{seq}"))
+
+    async def result(self, timeout: float | None = None) -> Any:
+        """The workflow's return value once it succeeded; raises TaskFailed if it failed,
+        TaskCancelled if it was cancelled, ResultTimeout if nothing final comes in time."""
+        record = await wait(self.app, self.id, timeout)  # the run's own record (end.py)
+        record.raise_if_failed(self.id)
+        return record.result
+
+    def result_sync(self, timeout: float | None = None) -> Any:
+        return self.app.portal.run(self.result(timeout))
+
+    async def status(self) -> str:
+        """running | sleeping | waiting | succeeded | failed | cancelled (`unknown`: no
+        such run)."""
+        summary = await store.load_summary(await self.app.client(), self.id)
+        return summary.state if summary is not None else "unknown"
+
+
+def register_workflow(app: AppLike, fn: WorkflowFn, name: str | None, queue: str) -> WorkflowDef:
+    definition = WorkflowDef(app, fn, name or fn.__name__, queue)
+    app.workflows[definition.name] = definition
+    return definition
+
+
+def _here(definition: WorkflowDef, run_id: str) -> RunStepState:
+    return RunStepState(id=run_id, n=0, workflow=definition.name, queue=definition.queue)
+
+
+async def _here_of(run: WorkflowRun) -> RunStepState:
+    """Where the run's decisions go: known to a run from `start`, read from its summary
+    for one made from an id (`app.workflow_run(id)`)."""
+    workflow, queue = run.workflow, run.queue
+    if not workflow:
+        summary = await store.load_summary(await run.app.client(), run.id)
+        if summary is None:
+            raise NotFound(f"no workflow run {run.id}")
+        workflow, queue = summary.name, summary.queue
+    return RunStepState(id=run.id, n=0, workflow=workflow, queue=queue)
+
+
+def _run_id(key: str | None) -> str:
+    if key is None:
+        return new_id()
+    if not isinstance(key, str) or not _RUN_ID.fullmatch(key):
+        raise ConfigError(
+            f"a workflow key is 1 to 40 letters, digits, '_' or '-', not {str(key)[:80]!r}"
+        )
+    return key

@@ -1,0 +1,138 @@
+"""Where durable workflow runs live on the server: each run's journal (one subject of the
+`<PREFIX>_WORKFLOWS` stream, read in one batched direct get, appended with the server's
+compare-and-set) and its summary (a key of the `<PREFIX>_RUNS` bucket, for listings)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+from pydantic_core import to_json
+
+from taskq.client import Client
+from taskq.errors import DecodeError, PayloadTooLarge, TaskqError, TransientError
+from taskq.ids import safe_id
+from taskq.records.clock import now_iso
+from taskq.topology.specs import runs_bucket, workflows_stream
+from taskq.workflows.journal import MAX_EVENT_BYTES, MAX_EVENTS, Event, decode
+
+STATES = ("running", "sleeping", "waiting", "succeeded", "failed", "cancelled")
+FINAL = frozenset({"succeeded", "failed", "cancelled"})
+SUMMARY_TRIES = 20
+
+
+class JournalFull(TaskqError):
+    """A run's journal reached its limit (`MAX_EVENTS` events): the run fails with this."""
+
+    def __init__(self, run_id: str, events: int) -> None:
+        self.run_id = run_id
+        self.events = events
+        super().__init__(
+            f"workflow run {run_id} has {events} journal events, the limit is {MAX_EVENTS}: "
+            "split the work into child workflows (wf.child) or batch steps (wf.map)"
+        )
+
+
+class RunSummary(BaseModel):
+    """What `taskq workflows ls` shows of a run (its journal holds everything else)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    name: str
+    queue: str
+    state: str = "running"
+    started_at: str = ""
+    updated_at: str = ""
+    parent: str | None = None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump()
+
+
+async def ensure_workflows(client: Client) -> None:
+    """The journals stream and the runs bucket (looked up first; made where allowed)."""
+    connection, names, settings = client.connection, client.names, client.settings
+    await connection.streams.ensure(workflows_stream(names, settings))
+    await connection.kv.ensure(runs_bucket(names, settings))
+
+
+async def read(client: Client, run_id: str, after: int = 0) -> list[Event]:
+    """The run's journal events stored after sequence `after`, oldest first."""
+    names, messages = client.names, client.connection.messages
+    subject = names.journal_subject(safe_id(run_id))
+    found: list[Event] = []
+    seq = after + 1
+    while True:
+        batch = await messages.batch(names.workflows_stream, seq, 1000, subject)
+        found.extend(_decoded(stored.data, stored.seq) for stored in batch)
+        if len(batch) < 1000 or len(found) > MAX_EVENTS:
+            return found
+        seq = batch[-1].seq + 1
+
+
+def _decoded(data: bytes, seq: int) -> Event:
+    try:
+        value = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        raise DecodeError(f"journal event {seq} is not JSON") from None
+    if not isinstance(value, dict):
+        raise DecodeError(f"journal event {seq} is not an object")
+    return decode(value, seq)
+
+
+def encoded(event: Event) -> bytes:
+    body = to_json(event.to_json(), fallback=repr)
+    if len(body) > MAX_EVENT_BYTES:
+        raise PayloadTooLarge(len(body), MAX_EVENT_BYTES, f"a {event.kind} journal event")
+    return body
+
+
+async def append_after(client: Client, run_id: str, event: Event, last_seq: int) -> int | None:
+    """Append `event` only if the journal's last event is still `last_seq` (0: empty); its
+    sequence, or None when another event came first (the caller reads again)."""
+    subject = client.names.journal_subject(safe_id(run_id))
+    return await client.connection.records.replace(subject, encoded(event), last_seq)
+
+
+async def append(client: Client, run_id: str, event: Event, msg_id: str) -> int:
+    """Append `event` whatever came before (a step's outcome, a signal, a timer, a cancel),
+    deduplicated by `msg_id` (a redelivered writer appends it once)."""
+    subject = client.names.journal_subject(safe_id(run_id))
+    headers = {"Nats-Msg-Id": msg_id}
+    return await client.connection.records.put(subject, encoded(event), headers=headers)
+
+
+async def update_summary(
+    client: Client, run_id: str, change: Callable[[RunSummary | None], RunSummary | None]
+) -> None:
+    """Apply `change` to the run's summary with compare-and-set (decisions of one run may
+    write at once: a final state is never overwritten by a late `running`)."""
+    bucket, key = client.names.runs_bucket, safe_id(run_id)
+    for _ in range(SUMMARY_TRIES):
+        found = await client.connection.kv.get(bucket, key)
+        current = _summary(found[0]) if found else None
+        new = change(current)
+        if new is None:
+            return
+        new.updated_at = now_iso()
+        body = new.model_dump_json().encode()
+        revision = found[1] if found else 0
+        if await client.connection.records.replace(f"$KV.{bucket}.{key}", body, revision):
+            return
+    raise TransientError(f"the summary of workflow run {run_id} kept changing")
+
+
+async def load_summary(client: Client, run_id: str) -> RunSummary | None:
+    found = await client.connection.kv.get(client.names.runs_bucket, safe_id(run_id))
+    return _summary(found[0]) if found is not None else None
+
+
+def _summary(data: bytes) -> RunSummary | None:
+    try:
+        return RunSummary.model_validate_json(data)
+    except ValueError:
+        return None

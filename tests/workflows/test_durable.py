@@ -1,0 +1,124 @@
+"""Durable workflows against a real server: steps, fan-out, timers, signals, failures."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from taskq import App, TaskFailed, Workflow
+from tests.conftest import running_worker, wait_until
+
+
+async def test_an_order_runs_its_steps_sleeps_waits_for_a_signal_and_returns(app: App) -> None:
+    ran: list[str] = []
+
+    @app.task
+    async def charge(order_id: str, cents: int) -> str:
+        ran.append(f"charge {order_id}")
+        return f"receipt-{order_id}-{cents}"
+
+    @app.task
+    def pack(order_id: str, box: int) -> int:  # a `def` step, in a thread
+        ran.append(f"pack {box}")
+        return box * 10
+
+    @app.workflow
+    async def order(wf: Workflow, order_id: str, cents: int) -> dict[str, Any]:
+        receipt = await wf.run(charge, order_id, cents)
+        await wf.sleep(timedelta(seconds=0.2))
+        ok = await wf.wait_for("approved", timeout=timedelta(seconds=60))
+        boxes = await wf.gather(*(wf.run(pack, order_id, i) for i in range(3)))
+        return {"receipt": receipt, "ok": ok, "boxes": boxes}
+
+    async with running_worker(app, concurrency=8):
+        run = await order.start("o-1", 1999)
+        await wait_until(lambda: run.status(), timeout=30)
+        await wait_until(_state_is(run, "waiting"), timeout=30)
+        await run.signal("approved", {"by": "ann"})
+        result = await run.result(timeout=30)
+        assert await run.status() == "succeeded"
+    assert result == {"receipt": "receipt-o-1-1999", "ok": {"by": "ann"}, "boxes": [0, 10, 20]}
+    # each step ran once, though every event replayed the code from its journal
+    assert sorted(ran) == ["charge o-1", "pack 0", "pack 1", "pack 2"]
+
+
+async def test_a_signal_sent_before_the_wait_is_kept_and_a_key_makes_start_idempotent(
+    app: App,
+) -> None:
+    @app.workflow
+    async def approval(wf: Workflow) -> Any:
+        return await wf.wait_for("go")
+
+    run = await approval.options(key="only-once").start()
+    again = await approval.options(key="only-once").start()
+    assert again.id == run.id == "only-once"
+    await run.signal("go", 42)  # no worker yet: kept in the journal
+    async with running_worker(app):
+        assert await run.result(timeout=30) == 42
+        assert await app.workflow_run("only-once").status() == "succeeded"
+
+
+async def test_a_dead_step_raises_task_failed_in_the_workflow_which_compensates(
+    app: App,
+) -> None:
+    refunds: list[str] = []
+
+    @app.task(max_retries=0)
+    async def charge(order_id: str) -> str:
+        raise ValueError(f"card declined for {order_id}")
+
+    @app.task
+    async def refund(order_id: str) -> None:
+        refunds.append(order_id)
+
+    @app.workflow
+    async def saga(wf: Workflow, order_id: str) -> str:
+        try:
+            return str(await wf.run(charge, order_id))
+        except TaskFailed as exc:
+            await wf.run(refund, order_id)
+            return f"refunded: {exc.message}"
+
+    async with running_worker(app):
+        run = await saga.start("o-9")
+        assert await run.result(timeout=30) == "refunded: card declined for o-9"
+    assert refunds == ["o-9"]
+
+
+async def test_a_workflow_that_raises_fails_its_run_with_that_error(app: App) -> None:
+    @app.workflow
+    async def broken(wf: Workflow) -> None:
+        await wf.sleep(0)
+        raise RuntimeError("the workflow itself broke")
+
+    async with running_worker(app):
+        run = await broken.start()
+        with pytest.raises(TaskFailed, match="the workflow itself broke") as failed:
+            await run.result(timeout=30)
+        assert failed.value.type == "RuntimeError"
+        assert await run.status() == "failed"
+
+
+async def test_cancel_ends_a_waiting_run_cancelled(app: App) -> None:
+    from taskq import TaskCancelled
+
+    @app.workflow
+    async def forever(wf: Workflow) -> Any:
+        return await wf.wait_for("never")
+
+    async with running_worker(app):
+        run = await forever.start()
+        await wait_until(_state_is(run, "waiting"), timeout=30)
+        await run.cancel()
+        with pytest.raises(TaskCancelled):
+            await run.result(timeout=30)
+        assert await run.status() == "cancelled"
+
+
+def _state_is(run: Any, state: str) -> Any:
+    async def check() -> bool:
+        return bool(await run.status() == state)
+
+    return check
