@@ -29,7 +29,7 @@ from taskq.workflows.end import finish, mark_waiting
 from taskq.workflows.journal import MAX_EVENTS, Definition, Event
 from taskq.workflows.replay import Replayer
 from taskq.workflows.state import RunStepState
-from taskq.workflows.wake import Trigger, trigger
+from taskq.workflows.wake import Trigger, start_run, trigger
 from taskq.workflows.workflow import Workflow
 
 log = logging.getLogger("taskq.worker")
@@ -187,6 +187,9 @@ async def _command(client: Client, here: RunStepState, command: Event) -> None:
         await client.publish_envelope(step, str(details["queue"]))
     elif command.kind in ("sleep", "wait") and details.get("until"):
         await trigger(client, here, Trigger(f"t{n}", str(details["until"]), n))
+    elif command.kind == "child":
+        parent = here.model_copy(update={"n": n})
+        await start_run(client, f"{here.id}-c{n}", details, parent)
 
 
 async def step_ended(

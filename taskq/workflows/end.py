@@ -59,10 +59,26 @@ async def finish(
     message = error.get("message") if isinstance(error, dict) else None
     await _summary(client, definition, run_id, state, message)  # final before the result
     await store_result(client, run_id, record)
-    for command in replayer.made:
-        if command.kind == "run" and replayer.outcome(command) is None:
-            await request_cancel(client, f"{run_id}.{command.n}")
+    await _cancel_unfinished(client, run_id, replayer)
     await _wake_parent(client, run_id, state, end)
+
+
+async def _cancel_unfinished(client: Client, run_id: str, replayer: Replayer) -> None:
+    """Steps still running are cancelled (the durable request every worker follows), and
+    children still running are sent a cancel of their own."""
+    for command in replayer.made:
+        if replayer.outcome(command) is not None:
+            continue
+        if command.kind == "run":
+            await request_cancel(client, f"{run_id}.{command.n}")
+        elif command.kind == "child":
+            child = f"{run_id}-c{command.n}"
+            details = command.details
+            await store.append(client, child, Event.make("cancel"), f"{child}.cancel")
+            here = RunStepState(
+                id=child, n=0, workflow=str(details["workflow"]), queue=str(details["queue"])
+            )
+            await trigger(client, here, Trigger("cancel"))
 
 
 async def _summary(

@@ -19,7 +19,7 @@ from taskq.workflows import store
 from taskq.workflows.decide import decide
 from taskq.workflows.journal import MAX_EVENT_BYTES, Event
 from taskq.workflows.state import RunStepState
-from taskq.workflows.wake import Trigger, trigger
+from taskq.workflows.wake import Trigger, start_run, trigger
 
 
 class AppLike(HandleSource, Protocol):
@@ -89,22 +89,13 @@ class WorkflowCall:
         wire_args, wire_kwargs = definition.validator.for_wire(args, kwargs)
         run_id = _run_id(self.key)
         client = await definition.app.client()
-        await store.ensure_workflows(client)
-        start = Event.make(
-            "start",
-            workflow=definition.name,
-            queue=definition.queue,
-            args=wire_args,
-            kwargs=wire_kwargs,
-            at=now_iso(),
-        )
-        first = await store.append_after(client, run_id, start, 0)
-        if first is not None:  # a new run
-            summary = store.RunSummary(
-                id=run_id, name=definition.name, queue=definition.queue, started_at=now_iso()
-            )
-            await store.update_summary(client, run_id, lambda found: None if found else summary)
-        await trigger(client, _here(definition, run_id), Trigger("0"))
+        call = {
+            "workflow": definition.name,
+            "queue": definition.queue,
+            "args": wire_args,
+            "kwargs": wire_kwargs,
+        }
+        await start_run(client, run_id, call)
         return WorkflowRun(run_id, definition.app, definition.name, definition.queue)
 
     def start_sync(self, *args: Any, **kwargs: Any) -> WorkflowRun:

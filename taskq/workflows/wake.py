@@ -5,10 +5,12 @@ a step's end, a timer, a signal, a cancel), optionally due later (a durable time
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from taskq.client import Client
 from taskq.records.clock import now_iso
 from taskq.records.envelope import Envelope
+from taskq.workflows.journal import Event
 from taskq.workflows.state import RunStepState
 
 
@@ -32,3 +34,37 @@ async def trigger(client: Client, run: RunStepState, cause: Trigger) -> None:
         eta=cause.eta,
     )
     await client.publish_envelope(envelope, run.queue)
+
+
+async def start_run(
+    client: Client, run_id: str, call: dict[str, Any], parent: RunStepState | None = None
+) -> bool:
+    """Start run `run_id` of `call["workflow"]` (on `call["queue"]`, with its `args` and
+    `kwargs`): its start event appended only to an empty journal, its summary, its first
+    decision. False when the run existed already (the same run: idempotent)."""
+    from taskq.workflows import store
+
+    name, queue = str(call["workflow"]), str(call["queue"])
+    await store.ensure_workflows(client)
+    start = Event.make(
+        "start",
+        workflow=name,
+        queue=queue,
+        args=list(call.get("args", [])),
+        kwargs=dict(call.get("kwargs", {})),
+        at=now_iso(),
+        parent=parent.model_dump() if parent is not None else None,
+    )
+    fresh = await store.append_after(client, run_id, start, 0) is not None
+    if fresh:
+        summary = store.RunSummary(
+            id=run_id,
+            name=name,
+            queue=queue,
+            started_at=now_iso(),
+            parent=parent.id if parent else None,
+        )
+        await store.update_summary(client, run_id, lambda found: None if found else summary)
+    here = RunStepState(id=run_id, n=0, workflow=name, queue=queue)
+    await trigger(client, here, Trigger("0"))
+    return fresh

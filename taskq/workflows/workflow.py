@@ -51,6 +51,19 @@ class Workflow:
         results in order (fan-out, then fan-in once)."""
         return Gather(members)
 
+    def child(self, workflow: Any, *args: Any, **kwargs: Any) -> Command:
+        """Start `workflow` (an `@app.workflow`) as a child run and await its result; it
+        is cancelled with this run. Its id is `<run id>-c<n>`."""
+        wire_args, wire_kwargs = workflow.validator.for_wire(args, kwargs)
+        event = self._replayer.issue(
+            "child",
+            workflow=workflow.name,
+            queue=workflow.queue,
+            args=wire_args,
+            kwargs=wire_kwargs,
+        )
+        return Command(self._replayer, event)
+
     def sleep(self, delay: timedelta | float) -> Command:
         """A durable timer: the run holds no worker while it sleeps, and wakes on any worker,
         after restarts too."""

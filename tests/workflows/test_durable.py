@@ -122,3 +122,46 @@ def _state_is(run: Any, state: str) -> Any:
         return bool(await run.status() == state)
 
     return check
+
+
+async def test_a_child_run_is_awaited_and_map_fans_items_out_in_order(app: App) -> None:
+    @app.task
+    async def square(n: int) -> int:
+        return n * n
+
+    @app.workflow
+    async def ship(wf: Workflow, order_id: str) -> str:
+        squares = await wf.map(square, range(5))
+        return f"{order_id}:{sum(squares)}"
+
+    @app.workflow
+    async def order(wf: Workflow, order_id: str) -> str:
+        return str(await wf.child(ship, order_id))
+
+    async with running_worker(app, concurrency=8):
+        run = await order.start("o-7")
+        assert await run.result(timeout=30) == "o-7:30"
+        child = app.workflow_run(f"{run.id}-c0")
+        assert await child.result(timeout=5) == "o-7:30"
+        assert await child.status() == "succeeded"
+
+
+async def test_cancelling_a_parent_cancels_its_child(app: App) -> None:
+    from taskq import TaskCancelled
+
+    @app.workflow
+    async def waits(wf: Workflow) -> Any:
+        return await wf.wait_for("never")
+
+    @app.workflow
+    async def parent(wf: Workflow) -> Any:
+        return await wf.child(waits)
+
+    async with running_worker(app):
+        run = await parent.start()
+        child = app.workflow_run(f"{run.id}-c0")
+        await wait_until(_state_is(child, "waiting"), timeout=30)
+        await run.cancel()
+        with pytest.raises(TaskCancelled):
+            await child.result(timeout=30)
+        assert await run.status() == "cancelled"
