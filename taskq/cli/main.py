@@ -30,6 +30,7 @@ from taskq.cli.task_list import tasks
 from taskq.cli.tasks import cancel, task
 from taskq.cli.worker import worker
 from taskq.cli.workers import workers
+from taskq.cli.workflows import workflows
 from taskq.errors import ConfigError, ConnectError, TaskqError
 
 __all__ = ["cli", "main", "run_async"]  # run_async: re-exported for bench/spark.py
@@ -72,6 +73,7 @@ cli.add_command(workers)
 cli.add_command(cancel)
 cli.add_command(task)
 cli.add_command(tasks)
+cli.add_command(workflows)
 cli.add_command(limits)
 cli.add_command(dashboard)
 cli.add_command(exporter)

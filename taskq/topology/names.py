@@ -253,9 +253,13 @@ class Names:
     def workflows_stream(self) -> str:
         return f"{self._up}_WORKFLOWS"
 
-    def journal_subject(self, run_id: str) -> str:
-        """A run's journal (`run_id` in its safe form: taskq.ids.safe_id)."""
-        return f"{self.prefix}.wf.{run_id}"
+    def journal_subject(self, run_id: str, writer: str) -> str:
+        """A run's journal, one subject per writer (`run_id` in its safe form): `s` its
+        start, `u` what users send (signals, cancels), `o` an operator's retry, `w` what
+        workers write (decisions, step outcomes, timers). Roles get the subjects they may
+        write, so a producer can signal a run but never forge a step's result or resume a
+        failed run; `*` reads them all."""
+        return f"{self.prefix}.wf.{run_id}.{writer}"
 
     @property
     def journals_filter(self) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 from taskq.client import Client
@@ -26,7 +27,15 @@ from taskq.records.clock import now_iso
 from taskq.records.envelope import Envelope
 from taskq.workflows import store
 from taskq.workflows.end import finish, mark_waiting
-from taskq.workflows.journal import MAX_EVENTS, Definition, Event
+from taskq.workflows.journal import (
+    MAX_EVENTS,
+    Definition,
+    Event,
+    child_id,
+    of_generation,
+    retried,
+    step_id,
+)
 from taskq.workflows.replay import Replayer
 from taskq.workflows.state import RunStepState
 from taskq.workflows.wake import Trigger, start_run, trigger
@@ -56,14 +65,24 @@ class Replayers:
 KEPT = Replayers()
 
 
+@dataclass(frozen=True)
+class Attempt:
+    """The decision's own task message: its id and attempt number."""
+
+    id: str
+    number: int
+
+
 async def decide(
-    client: Client, definition: Definition, run_id: str, fired: int, redelivered: bool
+    client: Client, definition: Definition, run_id: str, fired: int, attempt: Attempt
 ) -> None:
-    """One decision of run `run_id` (a timer of command `fired` fired first, if >= 0)."""
+    """One decision of run `run_id` (a timer of command `fired` fired first, if >= 0:
+    appended once per timer message, `attempt.id`)."""
     await store.ensure_workflows(client)
     if fired >= 0:
         event = Event.make("fired", fired)
-        await store.append(client, run_id, event, f"{safe_id(run_id)}.f{fired}")
+        await store.append(client, run_id, event, f"{safe_id(attempt.id)}.fired")
+    redelivered = attempt.number > 1
     for _ in range(CONFLICTS):
         if await _decide_once(client, definition, run_id, redelivered):
             return
@@ -74,30 +93,56 @@ async def _decide_once(
     client: Client, definition: Definition, run_id: str, redelivered: bool
 ) -> bool:
     """Decide on what is new; False when a concurrent decision recorded its round first."""
-    replayer = KEPT.take(run_id)
-    events = await store.read(client, run_id, after=replayer.seen if replayer else 0)
+    replayer, events = await _load(client, definition, run_id)
     if replayer is None:
-        replayer = _start(definition, run_id, events)
-        if replayer is None:
-            return True  # no such run (or not this workflow's): nothing to decide
-    elif events and events[0].kind == "start":  # the journal was purged and started anew
-        replayer.close()
-        return await _decide_once(client, definition, run_id, redelivered)
+        return True  # no such run (or not this workflow's): nothing to decide
     replayer.feed(events)
     if replayer.finished:  # an earlier round ended the run
         return True
-    round_ = _round(replayer)
+    retrying = _retry_pending(events)
+    round_ = _round(replayer, force=retrying)
     if round_ is None:
         KEPT.keep(replayer)
         return True
-    seq = await store.append_after(client, run_id, round_, replayer.seen)
+    seq = await store.append_after(client, run_id, round_, replayer.written)
     if seq is None:
         replayer.close()  # another decision recorded first: start over from the journal
         return False
     replayer.recorded.extend(round_.details["commands"])
-    replayer.seen = seq
-    await _carry_out(client, definition, run_id, round_, replayer, redelivered)
+    replayer.written = seq
+    replayer.own.add(seq)
+    await _carry_out(client, definition, run_id, round_, replayer, redelivered or retrying)
     return True
+
+
+async def _load(
+    client: Client, definition: Definition, run_id: str
+) -> tuple[Replayer | None, list[Event]]:
+    """The run's replayer (kept, or made) and the events it has not seen yet, as replay
+    sees them after any retry (its last workers' event counts all the same: a round is
+    appended after it)."""
+    replayer = KEPT.take(run_id)
+    raw = await store.read(client, run_id, after=replayer.seen if replayer else 0)
+    if replayer is not None and any(e.kind in ("start", "retry") for e in raw):
+        replayer.close()  # purged and started anew, or retried: replayed from its start
+        replayer, raw = None, await store.read(client, run_id)
+    if replayer is not None:
+        events = [e for e in raw if of_generation(run_id, e, replayer.retries)]
+    else:
+        events, retries = retried(run_id, raw)
+        replayer = _start(definition, run_id, events)
+        if replayer is None:
+            return None, events
+        replayer.retries = retries
+    replayer.written = max([replayer.written, *(e.seq for e in raw if e.writer == "w")])
+    return replayer, events
+
+
+def _retry_pending(events: list[Event]) -> bool:
+    """A retry came after the last recorded round: the failed steps go out again."""
+    retries = [e.seq for e in events if e.kind == "retry"]
+    rounds = [e.seq for e in events if e.kind == "decided"]
+    return bool(retries) and (not rounds or retries[-1] > rounds[-1])
 
 
 def _start(definition: Definition, run_id: str, events: list[Event]) -> Replayer | None:
@@ -112,7 +157,7 @@ def _start(definition: Definition, run_id: str, events: list[Event]) -> Replayer
     return replayer
 
 
-def _round(replayer: Replayer) -> Event | None:
+def _round(replayer: Replayer, force: bool = False) -> Event | None:
     """This decision's round: the commands made beyond the journal and the run's end (a
     visible cancel ends it cancelled); None when there is nothing to record."""
     cancelled = any(e.kind == "cancel" for e in replayer.visible)
@@ -120,7 +165,7 @@ def _round(replayer: Replayer) -> Event | None:
     end = _end(replayer, cancelled)
     if len(replayer.visible) + len(replayer.made) > MAX_EVENTS and end is None:
         end = {"state": "failed", "error": _error(store.JournalFull(replayer.run_id, MAX_EVENTS))}
-    if not made and end is None:
+    if not made and end is None and not force:
         return None
     details: dict[str, Any] = {
         "upto": replayer.seen,
@@ -165,7 +210,7 @@ async def _carry_out(
     if redelivered:
         commands = [c for c in replayer.recorded if replayer.outcome(c) is None]
     for command in commands:
-        await _command(client, here, command)
+        await _command(client, here, command, replayer.retries)
     end = round_.details.get("end")
     if end is not None:
         await finish(client, definition, run_id, end, replayer)
@@ -173,11 +218,11 @@ async def _carry_out(
         await mark_waiting(client, definition, run_id, replayer)
 
 
-async def _command(client: Client, here: RunStepState, command: Event) -> None:
+async def _command(client: Client, here: RunStepState, command: Event, retries: int) -> None:
     details, n = command.details, command.n
     if command.kind == "run":
         step = Envelope(
-            id=f"{here.id}.{n}",
+            id=step_id(here.id, n, retries),
             task=str(details["task"]),
             args=list(details.get("args", [])),
             kwargs=dict(details.get("kwargs", {})),
@@ -186,10 +231,11 @@ async def _command(client: Client, here: RunStepState, command: Event) -> None:
         )
         await client.publish_envelope(step, str(details["queue"]))
     elif command.kind in ("sleep", "wait") and details.get("until"):
-        await trigger(client, here, Trigger(f"t{n}", str(details["until"]), n))
+        why = f"t{n}" + (f"r{retries}" if retries else "")  # a retried run's timers anew
+        await trigger(client, here, Trigger(why, str(details["until"]), n))
     elif command.kind == "child":
         parent = here.model_copy(update={"n": n})
-        await start_run(client, f"{here.id}-c{n}", details, parent)
+        await start_run(client, child_id(here.id, n, retries), details, parent)
 
 
 async def step_ended(
@@ -206,7 +252,7 @@ async def step_ended(
         return  # a retry: the step is not over
     await store.ensure_workflows(client)
     seq = await store.append(client, run.id, event, f"{safe_id(envelope.id)}.done")
-    await trigger(client, run, Trigger(f"s{run.n}", None))
+    await trigger(client, run, Trigger(f"s{seq}"))  # once per outcome (a retry's too)
     log.debug("step %s of run %s ended (journal %d)", run.n, run.id, seq)
 
 

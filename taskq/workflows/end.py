@@ -5,6 +5,7 @@ and the cancelling of what it left running."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from taskq.client import Client
@@ -13,11 +14,12 @@ from taskq.records.cancels import request as request_cancel
 from taskq.records.results import ResultRecord
 from taskq.records.results import store as store_result
 from taskq.workflows import store
-from taskq.workflows.journal import Definition, Event
+from taskq.workflows.journal import Definition, Event, child_id, retried, step_id
 from taskq.workflows.replay import Replayer
 from taskq.workflows.state import RunStepState
 from taskq.workflows.wake import Trigger, trigger
 
+log = logging.getLogger("taskq.worker")
 RECORDED = {"succeeded": "succeeded", "failed": "dead", "cancelled": "cancelled"}
 
 
@@ -70,9 +72,9 @@ async def _cancel_unfinished(client: Client, run_id: str, replayer: Replayer) ->
         if replayer.outcome(command) is not None:
             continue
         if command.kind == "run":
-            await request_cancel(client, f"{run_id}.{command.n}")
+            await request_cancel(client, step_id(run_id, command.n, replayer.retries))
         elif command.kind == "child":
-            child = f"{run_id}-c{command.n}"
+            child = child_id(run_id, command.n, replayer.retries)
             details = command.details
             await store.append(client, child, Event.make("cancel"), f"{child}.cancel")
             here = RunStepState(
@@ -101,6 +103,9 @@ async def _wake_parent(client: Client, run_id: str, state: str, end: dict[str, A
     if not isinstance(parent, dict):
         return
     run = RunStepState.model_validate(parent)
+    if not await _is_child_of(client, run, run_id):
+        log.warning("run %s names %s as its parent, which started no such child", run_id, run.id)
+        return  # a forged start (producers may start runs): the parent is not touched
     ok = state == "succeeded"
     details: dict[str, Any] = {"id": run_id, "ok": ok}
     if ok:
@@ -108,5 +113,15 @@ async def _wake_parent(client: Client, run_id: str, state: str, end: dict[str, A
     else:
         details.update(state="dead" if state == "failed" else state, error=end.get("error") or {})
     event = Event.make("done", run.n, **details)
-    await store.append(client, run.id, event, f"{safe_id(run_id)}.done")
-    await trigger(client, run, Trigger(f"s{run.n}"))
+    seq = await store.append(client, run.id, event, f"{safe_id(run_id)}.done")
+    await trigger(client, run, Trigger(f"s{seq}"))
+
+
+async def _is_child_of(client: Client, parent: RunStepState, run_id: str) -> bool:
+    """Whether `parent`'s journal started `run_id` as its child `parent.n`."""
+    events, retries = retried(parent.id, await store.read(client, parent.id))
+    for event in events:
+        for command in event.details.get("commands", []) if event.kind == "decided" else []:
+            if command.kind == "child" and command.n == parent.n:
+                return any(child_id(parent.id, parent.n, k) == run_id for k in range(retries + 1))
+    return False

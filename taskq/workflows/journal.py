@@ -23,6 +23,16 @@ from taskq.errors import DecodeError, TaskCancelled, TaskFailed
 RESOLVING = frozenset({"done", "fired", "signal", "cancel"})
 COMMANDS = frozenset({"run", "child", "sleep", "wait", "now", "uuid", "random", "patch"})
 LOCAL = frozenset({"now", "uuid", "random", "patch"})  # resolved by their own record
+# which journal subject holds each kind (taskq.topology.names.Names.journal_subject)
+WRITERS = {
+    "start": "s",
+    "signal": "u",
+    "cancel": "u",
+    "retry": "o",  # an operator's: producers may signal and cancel, not resume
+    "decided": "w",
+    "done": "w",
+    "fired": "w",
+}
 MAX_EVENTS = 20_000  # events in one run's journal, at most (docs/workflows.md)
 MAX_EVENT_BYTES = 256 * 1024  # one event's JSON, at most (a step's result included)
 
@@ -43,6 +53,7 @@ class Event:
     n: int = -1  # a command's number, or the command a `done`/`fired` resolves
     details: dict[str, Any] = field(default_factory=dict)
     seq: int = 0  # where the server stored it (0: not stored yet)
+    writer: str = ""  # the journal subject it came from (WRITERS)
 
     @classmethod
     def make(cls, kind: str, n: int = -1, **details: Any) -> Event:
@@ -68,8 +79,9 @@ class Event:
         return body
 
 
-def decode(data: dict[str, Any], seq: int) -> Event:
-    """An event from its stored JSON object; DecodeError for anything else."""
+def decode(data: dict[str, Any], seq: int, writer: str = "") -> Event:
+    """An event from its stored JSON object (on the `writer` subject: the kind must be
+    one that subject holds); DecodeError for anything else."""
     kind, n = data.get("e"), data.get("n", -1)
     if not isinstance(kind, str) or not isinstance(n, int) or isinstance(n, bool):
         raise DecodeError(f"journal event {seq}: no kind or number")
@@ -79,7 +91,9 @@ def decode(data: dict[str, Any], seq: int) -> Event:
         if not isinstance(commands, list) or not all(isinstance(c, dict) for c in commands):
             raise DecodeError(f"journal event {seq}: commands must be a list of objects")
         details["commands"] = [decode(c, seq) for c in commands]
-    return Event(kind, n, details, seq)
+    if writer and WRITERS.get(kind) != writer:
+        raise DecodeError(f"journal event {seq}: a {kind[:20]!r} event is not written there")
+    return Event(kind, n, details, seq, writer)
 
 
 def command_matches(recorded: Event, made: Event) -> bool:
@@ -155,3 +169,77 @@ def _wait_outcome(command: Event, visible: list[Event], made: list[Event]) -> Ou
                 return Outcome(got.details.get("payload"))
             return Outcome(None) if deadline is not None else None
     return None
+
+
+def retried(run_id: str, events: list[Event]) -> tuple[list[Event], int]:
+    """The journal as replay sees it after each `retry` of a failed run, and how many
+    retries there were. A retry voids what followed the run's failure: the round that first
+    saw a failed step (or, with none, the round that ended the run) and every later round
+    are dropped, and so are failed outcomes and outcomes of commands made in the dropped
+    rounds; every completed step of the rounds kept stays. After a retry only outcomes of
+    the new generation count (`step_id` ends in `r<k>`): a step of a dropped round that ends
+    late cannot answer a command made anew."""
+    retries = 0
+    for retry in [e for e in events if e.kind == "retry"]:
+        before = [e for e in events if e.seq < retry.seq]
+        after = [e for e in events if e.seq > retry.seq]
+        cut = _cut(before)
+        if cut is None:
+            continue  # the run had not ended: nothing to void
+        retries += 1
+        kept_n = sum(
+            len(e.details.get("commands", []))
+            for e in before
+            if e.kind == "decided" and e.seq < cut
+        )
+        before = [e for e in before if not _voided(e, cut, kept_n)]
+        after = [e for e in after if of_generation(run_id, e, retries)]
+        events = [*before, retry, *after]
+    return events, retries
+
+
+def _cut(events: list[Event]) -> int | None:
+    """The sequence of the first round a retry drops (None: the run has not ended)."""
+    ended = [e for e in events if e.kind == "decided" and "end" in e.details]
+    if not ended:
+        return None
+    failed = [e.seq for e in events if e.kind == "done" and not e.details.get("ok", False)]
+    if failed:
+        seen = [
+            e.seq
+            for e in events
+            if e.kind == "decided" and int(e.details.get("upto", 0)) >= failed[0]
+        ]
+        if seen:
+            return seen[0]
+    return ended[-1].seq
+
+
+def _voided(event: Event, cut: int, kept_n: int) -> bool:
+    if event.kind == "decided":
+        return event.seq >= cut
+    if event.kind == "done":
+        return not event.details.get("ok", False) or event.n >= kept_n
+    if event.kind == "fired":
+        return event.n >= kept_n
+    return False
+
+
+def of_generation(run_id: str, event: Event, retries: int) -> bool:
+    """Whether an outcome appended after retry `retries` is of its generation."""
+    if event.kind != "done":
+        return True
+    return str(event.details.get("id", "")) in (
+        step_id(run_id, event.n, retries),
+        child_id(run_id, event.n, retries),
+    )
+
+
+def step_id(run_id: str, n: int, retries: int = 0) -> str:
+    """The task id of step `n` (published after `retries` retries of the run)."""
+    return f"{run_id}.{n}" + (f"r{retries}" if retries else "")
+
+
+def child_id(run_id: str, n: int, retries: int = 0) -> str:
+    """The run id of child `n` (started after `retries` retries of the run)."""
+    return f"{run_id}-c{n}" + (f"r{retries}" if retries else "")

@@ -104,6 +104,9 @@ class Replayer:
     seen: int = 0  # the last journal sequence fed in
     broken: NonDeterminism | None = None  # kept apart: workflow code may catch Exception
     finished: bool = False  # a recorded round ended the run: nothing is left to decide
+    retries: int = 0  # how often the run was retried (its steps' ids end in `r<retries>`)
+    written: int = 0  # the last workers' event seen (a round is appended after it, or not)
+    own: set[int] = field(default_factory=set)  # rounds this replayer recorded itself
 
     # -- what the code's `wf` calls ----------------------------------------------------------
     def issue(self, kind: str, **details: Any) -> Event:
@@ -133,6 +136,8 @@ class Replayer:
         """Replay `events` (the whole journal, or what came after `seen`): each `decided`
         event is a round, checked against the commands it recorded."""
         for event in events:
+            if event.kind == "decided" and event.seq in self.own:
+                continue  # recorded by this replayer: its commands are made already
             if event.kind == "decided":
                 self.finished = self.finished or "end" in event.details
                 upto = int(event.details.get("upto", 0))
@@ -144,6 +149,7 @@ class Replayer:
                 self._check_round()
         self._show([e for e in events if e.seq > self.seen])
         self.seen = max([self.seen, *(e.seq for e in events)])
+        self.written = max([self.written, *(e.seq for e in events if e.writer == "w")])
 
     def decide(self) -> list[Event]:
         """Drive the code with every event fed so far visible; the commands it made beyond

@@ -10,16 +10,15 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from taskq.arguments import ArgsValidator
-from taskq.errors import ConfigError, NotFound
+from taskq.errors import ConfigError
 from taskq.handle import HandleSource
-from taskq.ids import new_id, safe_id
-from taskq.records.clock import now_iso
+from taskq.ids import new_id
 from taskq.records.results import wait
 from taskq.workflows import store
-from taskq.workflows.decide import decide
-from taskq.workflows.journal import MAX_EVENT_BYTES, Event
+from taskq.workflows.decide import Attempt, decide
 from taskq.workflows.state import RunStepState
-from taskq.workflows.wake import Trigger, start_run, trigger
+from taskq.workflows.views import cancel_run, retry_run, send_signal
+from taskq.workflows.wake import start_run
 
 
 class AppLike(HandleSource, Protocol):
@@ -51,8 +50,8 @@ class WorkflowDef:
             from taskq.context import current
 
             client = await app.client()
-            redelivered = current().attempt > 1
-            await decide(client, definition, run, fired, redelivered)
+            ctx = current()
+            await decide(client, definition, run, fired, Attempt(ctx.id, ctx.attempt))
 
         decision.__name__ = name
         self.decider = app.task(
@@ -114,21 +113,16 @@ class WorkflowRun:
     async def signal(self, name: str, payload: Any = None) -> None:
         """Send the run a signal: the payload of its next `wf.wait_for(name)` (kept until
         the run waits for it)."""
-        if not isinstance(name, str) or not name or len(name) > 128:
-            raise ConfigError(f"a signal name is 1 to 128 characters, not {str(name)[:80]!r}")
-        client = await self.app.client()
-        event = Event.make("signal", name=name, payload=payload, at=now_iso())
-        if len(store.encoded(event)) > MAX_EVENT_BYTES:
-            raise ConfigError(f"a signal's payload is at most {MAX_EVENT_BYTES} bytes")
-        seq = await store.append(client, self.id, event, new_id())
-        await trigger(client, await _here_of(self), Trigger(f"g{seq}"))
+        await send_signal(await self.app.client(), self.id, name, payload)
 
     async def cancel(self) -> None:
-        """Cancel the run: its running steps are cancelled and it ends `cancelled`."""
-        client = await self.app.client()
-        event = Event.make("cancel", at=now_iso())
-        seq = await store.append(client, self.id, event, f"{safe_id(self.id)}.cancel")
-        await trigger(client, await _here_of(self), Trigger(f"c{seq}"))
+        """Cancel the run: its running steps and children are cancelled, it ends
+        `cancelled`."""
+        await cancel_run(await self.app.client(), self.id)
+
+    async def retry(self) -> None:
+        """Resume a failed run from its failed step, keeping every completed step."""
+        await retry_run(await self.app.client(), self.id)
 
     async def result(self, timeout: float | None = None) -> Any:
         """The workflow's return value once it succeeded; raises TaskFailed if it failed,
@@ -155,18 +149,6 @@ def register_workflow(app: AppLike, fn: WorkflowFn, name: str | None, queue: str
 
 def _here(definition: WorkflowDef, run_id: str) -> RunStepState:
     return RunStepState(id=run_id, n=0, workflow=definition.name, queue=definition.queue)
-
-
-async def _here_of(run: WorkflowRun) -> RunStepState:
-    """Where the run's decisions go: known to a run from `start`, read from its summary
-    for one made from an id (`app.workflow_run(id)`)."""
-    workflow, queue = run.workflow, run.queue
-    if not workflow:
-        summary = await store.load_summary(await run.app.client(), run.id)
-        if summary is None:
-            raise NotFound(f"no workflow run {run.id}")
-        workflow, queue = summary.name, summary.queue
-    return RunStepState(id=run.id, n=0, workflow=workflow, queue=queue)
 
 
 def _run_id(key: str | None) -> str:

@@ -5,6 +5,7 @@ compare-and-set) and its summary (a key of the `<PREFIX>_RUNS` bucket, for listi
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -12,12 +13,13 @@ from pydantic import BaseModel, ConfigDict
 from pydantic_core import to_json
 
 from taskq.client import Client
-from taskq.errors import DecodeError, PayloadTooLarge, TaskqError, TransientError
+from taskq.errors import DecodeError, NotFound, PayloadTooLarge, TaskqError, TransientError
 from taskq.ids import safe_id
 from taskq.records.clock import now_iso
 from taskq.topology.specs import runs_bucket, workflows_stream
-from taskq.workflows.journal import MAX_EVENT_BYTES, MAX_EVENTS, Event, decode
+from taskq.workflows.journal import MAX_EVENT_BYTES, MAX_EVENTS, WRITERS, Event, decode
 
+log = logging.getLogger("taskq.worker")
 STATES = ("running", "sleeping", "waiting", "succeeded", "failed", "cancelled")
 FINAL = frozenset({"succeeded", "failed", "cancelled"})
 SUMMARY_TRIES = 20
@@ -61,27 +63,33 @@ async def ensure_workflows(client: Client) -> None:
 
 
 async def read(client: Client, run_id: str, after: int = 0) -> list[Event]:
-    """The run's journal events stored after sequence `after`, oldest first."""
+    """The run's journal events stored after sequence `after`, oldest first. An event
+    that is not one (undecodable, or of a kind its subject does not hold: a forgery by a
+    role that may write there) is left out, with a warning: it cannot stop the run."""
     names, messages = client.names, client.connection.messages
-    subject = names.journal_subject(safe_id(run_id))
+    subject = names.journal_subject(safe_id(run_id), "*")
     found: list[Event] = []
     seq = after + 1
     while True:
         batch = await messages.batch(names.workflows_stream, seq, 1000, subject)
-        found.extend(_decoded(stored.data, stored.seq) for stored in batch)
+        for stored in batch:
+            try:
+                found.append(_decoded(stored.data, stored.seq, stored.subject))
+            except DecodeError as exc:
+                log.warning("workflow run %s: %s (left out)", run_id, exc)
         if len(batch) < 1000 or len(found) > MAX_EVENTS:
             return found
         seq = batch[-1].seq + 1
 
 
-def _decoded(data: bytes, seq: int) -> Event:
+def _decoded(data: bytes, seq: int, subject: str) -> Event:
     try:
         value = json.loads(data)
     except (ValueError, UnicodeDecodeError):
         raise DecodeError(f"journal event {seq} is not JSON") from None
     if not isinstance(value, dict):
         raise DecodeError(f"journal event {seq} is not an object")
-    return decode(value, seq)
+    return decode(value, seq, subject.rsplit(".", 1)[-1])
 
 
 def encoded(event: Event) -> bytes:
@@ -92,16 +100,16 @@ def encoded(event: Event) -> bytes:
 
 
 async def append_after(client: Client, run_id: str, event: Event, last_seq: int) -> int | None:
-    """Append `event` only if the journal's last event is still `last_seq` (0: empty); its
-    sequence, or None when another event came first (the caller reads again)."""
-    subject = client.names.journal_subject(safe_id(run_id))
+    """Append `event` only if the last event of its subject is still `last_seq` (0: none);
+    its sequence, or None when another came first (the caller reads again)."""
+    subject = client.names.journal_subject(safe_id(run_id), WRITERS[event.kind])
     return await client.connection.records.replace(subject, encoded(event), last_seq)
 
 
 async def append(client: Client, run_id: str, event: Event, msg_id: str) -> int:
     """Append `event` whatever came before (a step's outcome, a signal, a timer, a cancel),
     deduplicated by `msg_id` (a redelivered writer appends it once)."""
-    subject = client.names.journal_subject(safe_id(run_id))
+    subject = client.names.journal_subject(safe_id(run_id), WRITERS[event.kind])
     headers = {"Nats-Msg-Id": msg_id}
     return await client.connection.records.put(subject, encoded(event), headers=headers)
 
@@ -114,7 +122,7 @@ async def update_summary(
     bucket, key = client.names.runs_bucket, safe_id(run_id)
     for _ in range(SUMMARY_TRIES):
         found = await client.connection.kv.get(bucket, key)
-        current = _summary(found[0]) if found else None
+        current = parse_summary(found[0]) if found else None
         new = change(current)
         if new is None:
             return
@@ -127,11 +135,14 @@ async def update_summary(
 
 
 async def load_summary(client: Client, run_id: str) -> RunSummary | None:
-    found = await client.connection.kv.get(client.names.runs_bucket, safe_id(run_id))
-    return _summary(found[0]) if found is not None else None
+    try:
+        found = await client.connection.kv.get(client.names.runs_bucket, safe_id(run_id))
+    except NotFound:  # no bucket yet: no run was ever started under this prefix
+        return None
+    return parse_summary(found[0]) if found is not None else None
 
 
-def _summary(data: bytes) -> RunSummary | None:
+def parse_summary(data: bytes) -> RunSummary | None:
     try:
         return RunSummary.model_validate_json(data)
     except ValueError:

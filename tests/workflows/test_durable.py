@@ -165,3 +165,74 @@ async def test_cancelling_a_parent_cancels_its_child(app: App) -> None:
         with pytest.raises(TaskCancelled):
             await child.result(timeout=30)
         assert await run.status() == "cancelled"
+
+
+async def test_retry_resumes_a_failed_run_from_its_failed_step_keeping_completed_ones(
+    app: App,
+) -> None:
+    from taskq.errors import ConfigError
+    from taskq.workflows.views import show_run
+
+    ran: list[str] = []
+    fixed = {"on": False}
+
+    @app.task
+    async def reserve(order_id: str) -> str:
+        ran.append("reserve")
+        return f"held {order_id}"
+
+    @app.task(max_retries=0)
+    async def charge(order_id: str) -> str:
+        ran.append("charge")
+        if not fixed["on"]:
+            raise ValueError("the card service rejects this format")
+        return f"charged {order_id}"
+
+    @app.task
+    async def ship(order_id: str) -> str:
+        ran.append("ship")
+        return f"shipped {order_id}"
+
+    @app.workflow
+    async def order(wf: Workflow, order_id: str) -> list[str]:
+        return [
+            await wf.run(reserve, order_id),
+            await wf.run(charge, order_id),
+            await wf.run(ship, order_id),
+        ]
+
+    async with running_worker(app):
+        run = await order.start("o-3")
+        with pytest.raises(TaskFailed, match="rejects this format"):
+            await run.result(timeout=30)
+        assert await run.status() == "failed"
+        fixed["on"] = True  # the code fix is deployed
+        await run.retry()
+        assert await run.result(timeout=30) == ["held o-3", "charged o-3", "shipped o-3"]
+        assert await run.status() == "succeeded"
+        view = await show_run(await app.client(), run.id)
+        with pytest.raises(ConfigError, match="only a failed run can be retried"):
+            await run.retry()
+    # the completed step kept its result and never ran again; the failed one ran again
+    assert ran == ["reserve", "charge", "charge", "ship"]
+    assert [s.id for s in view.steps] == [f"{run.id}.0", f"{run.id}.1r1", f"{run.id}.2r1"]
+
+
+async def test_a_runs_journal_is_sealed_at_rest_with_an_encryption_key(
+    keyed: App, app: App
+) -> None:
+    @keyed.task
+    async def secret(value: str) -> str:
+        return value.upper()
+
+    @keyed.workflow
+    async def hush(wf: Workflow, value: str) -> str:
+        return str(await wf.run(secret, value))
+
+    async with running_worker(keyed):
+        run = await hush.start("the-plain-text")
+        assert await run.result(timeout=30) == "THE-PLAIN-TEXT"
+    client = await app.client()  # the same prefix, without the key: bodies as stored
+    stream = client.names.workflows_stream
+    raw = await client.connection.messages.batch(stream, 1, 100)
+    assert raw and all(b"the-plain-text" not in m.data and b"THE-PLAIN" not in m.data for m in raw)

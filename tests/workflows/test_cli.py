@@ -1,0 +1,78 @@
+"""`taskq workflows` as a user runs it: start, ls, show, signal, cancel (with --json)."""
+
+from __future__ import annotations
+
+import json
+
+from tests.apps import orders
+from tests.conftest import cli, running_worker, wait_until
+
+APP = "tests.apps.orders:app"
+
+
+async def test_start_list_show_and_signal_a_run_from_the_command_line(
+    nats_url: str, prefix: str
+) -> None:
+    orders.app.configure(url=nats_url, prefix=prefix)
+    async with running_worker(orders.app):
+        started = await cli(
+            nats_url,
+            prefix,
+            "workflows",
+            "start",
+            APP,
+            "order",
+            '["o-5", 500]',
+            "--key",
+            "o-5",
+            "--json",
+        )
+        assert started.returncode == 0, started.stderr
+        assert json.loads(started.stdout)["id"] == "o-5"
+        run = orders.app.workflow_run("o-5")
+
+        async def waiting() -> bool:
+            return await run.status() == "waiting"
+
+        await wait_until(waiting, timeout=30)
+        listed = await cli(nats_url, prefix, "workflows", "ls", "--state", "waiting", "--json")
+        assert [r["id"] for r in json.loads(listed.stdout)] == ["o-5"]
+        shown = await cli(nats_url, prefix, "workflows", "show", "o-5", "--json")
+        steps = json.loads(shown.stdout)["steps"]
+        assert [(s["kind"], s["target"], s["state"]) for s in steps] == [
+            ("run", "charge", "succeeded"),
+            ("wait", "approved", "pending"),
+        ]
+        assert steps[0]["id"] == "o-5.0" and steps[0]["result"] == "receipt-o-5-500"
+        sent = await cli(
+            nats_url, prefix, "workflows", "signal", "o-5", "approved", '{"by": "ann"}'
+        )
+        assert sent.returncode == 0, sent.stderr
+        assert await run.result(timeout=30) == {
+            "receipt": "receipt-o-5-500",
+            "approval": {"by": "ann"},
+        }
+        text = await cli(nats_url, prefix, "workflows", "show", "o-5")
+        assert "succeeded" in text.stdout.splitlines()[0] and "signal approved" in text.stdout
+    await orders.app.aclose()
+
+
+async def test_bad_arguments_are_one_line_and_exit_2(nats_url: str, prefix: str) -> None:
+    bad_args = await cli(nats_url, prefix, "workflows", "start", APP, "order", '["only-one"]')
+    assert bad_args.returncode == 2 and "JSON_ARGS" in bad_args.stderr
+    unknown = await cli(nats_url, prefix, "workflows", "start", APP, "nope")
+    assert unknown.returncode == 2 and "no workflow 'nope'" in unknown.stderr
+    missing = await cli(nats_url, prefix, "workflows", "cancel", "no-such-run")
+    assert missing.returncode != 0 and "no workflow run no-such-run" in missing.stderr
+
+
+async def test_retry_of_a_run_that_did_not_fail_is_refused_with_exit_2(
+    nats_url: str, prefix: str
+) -> None:
+    orders.app.configure(url=nats_url, prefix=prefix)
+    run = await orders.order.options(key="o-6").start("o-6", 600)  # waiting: no worker
+    refused = await cli(nats_url, prefix, "workflows", "retry", run.id)
+    assert refused.returncode == 2 and "only a failed run can be retried" in refused.stderr
+    gone = await cli(nats_url, prefix, "workflows", "retry", "no-such-run")
+    assert gone.returncode == 1 and "no workflow run no-such-run" in gone.stderr
+    await orders.app.aclose()
