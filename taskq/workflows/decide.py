@@ -151,7 +151,9 @@ def _start(definition: Definition, run_id: str, events: list[Event]) -> Replayer
     start = events[0].details
     if start.get("workflow") != definition.name:
         return None
-    replayer = Replayer(run_id)
+    replayer = Replayer(run_id, started_at=str(start.get("at", "")))
+    parent = start.get("parent")
+    replayer.parent = str(parent.get("id")) if isinstance(parent, dict) else None
     wf = Workflow(run_id, replayer)
     replayer.code = definition.fn(wf, *start.get("args", []), **start.get("kwargs", {}))
     return replayer

@@ -36,7 +36,7 @@ async def mark_waiting(
         state = "sleeping"
     elif kinds and kinds <= {"wait", "sleep"}:
         state = "waiting"
-    await _summary(client, definition, run_id, state)
+    await _summary(client, definition, replayer, state)
 
 
 async def finish(
@@ -59,7 +59,7 @@ async def finish(
         queue=definition.queue,
     )
     message = error.get("message") if isinstance(error, dict) else None
-    await _summary(client, definition, run_id, state, message)  # final before the result
+    await _summary(client, definition, replayer, state, message)  # final before the result
     await store_result(client, run_id, record)
     await _cancel_unfinished(client, run_id, replayer)
     await _wake_parent(client, run_id, state, end)
@@ -84,11 +84,24 @@ async def _cancel_unfinished(client: Client, run_id: str, replayer: Replayer) ->
 
 
 async def _summary(
-    client: Client, definition: Definition, run_id: str, state: str, error: str | None = None
+    client: Client,
+    definition: Definition,
+    replayer: Replayer,
+    state: str,
+    error: str | None = None,
 ) -> None:
+    """The run's state in its summary (made by its first decision)."""
+    run_id = replayer.run_id
+
     def change(summary: store.RunSummary | None) -> store.RunSummary | None:
         if summary is None:
-            summary = store.RunSummary(id=run_id, name=definition.name, queue=definition.queue)
+            summary = store.RunSummary(
+                id=run_id,
+                name=definition.name,
+                queue=definition.queue,
+                started_at=replayer.started_at,
+                parent=replayer.parent,
+            )
         if summary.state in store.FINAL:
             return None  # a late decision does not reopen an ended run
         return summary.model_copy(update={"state": state, "error": error})

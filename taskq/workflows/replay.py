@@ -107,6 +107,8 @@ class Replayer:
     retries: int = 0  # how often the run was retried (its steps' ids end in `r<retries>`)
     written: int = 0  # the last workers' event seen (a round is appended after it, or not)
     own: set[int] = field(default_factory=set)  # rounds this replayer recorded itself
+    started_at: str = ""  # when the run started, and its parent run (for its summary)
+    parent: str | None = None
 
     # -- what the code's `wf` calls ----------------------------------------------------------
     def issue(self, kind: str, **details: Any) -> Event:

@@ -113,12 +113,15 @@ class WorkflowRun:
     async def signal(self, name: str, payload: Any = None) -> None:
         """Send the run a signal: the payload of its next `wf.wait_for(name)` (kept until
         the run waits for it)."""
-        await send_signal(await self.app.client(), self.id, name, payload)
+        await send_signal(await self.app.client(), self.id, name, payload, self._target())
 
     async def cancel(self) -> None:
         """Cancel the run: its running steps and children are cancelled, it ends
         `cancelled`."""
-        await cancel_run(await self.app.client(), self.id)
+        await cancel_run(await self.app.client(), self.id, self._target())
+
+    def _target(self) -> tuple[str, str] | None:
+        return (self.workflow, self.queue) if self.workflow else None
 
     async def retry(self) -> None:
         """Resume a failed run from its failed step, keeping every completed step."""
@@ -138,7 +141,10 @@ class WorkflowRun:
         """running | sleeping | waiting | succeeded | failed | cancelled (`unknown`: no
         such run)."""
         summary = await store.load_summary(await self.app.client(), self.id)
-        return summary.state if summary is not None else "unknown"
+        if summary is not None:
+            return summary.state
+        # started here but not decided on yet (its first decision writes the summary)
+        return "running" if self.workflow else "unknown"
 
 
 def register_workflow(app: AppLike, fn: WorkflowFn, name: str | None, queue: str) -> WorkflowDef:

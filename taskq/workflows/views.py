@@ -25,6 +25,7 @@ from taskq.workflows.journal import (
 from taskq.workflows.state import RunStepState
 from taskq.workflows.wake import Trigger, trigger
 
+Target = tuple[str, str] | None  # a run's (workflow, queue), when the caller knows them
 LISTED = 1000  # runs one listing shows, at most (newest first)
 
 
@@ -150,11 +151,14 @@ def _state(command: Event, value: Any, error: Exception | None) -> tuple[str, An
     return "succeeded", value
 
 
-async def send_signal(client: Client, run_id: str, name: str, payload: Any) -> None:
-    """Append a signal to the run's journal and wake it (kept until the run waits for it)."""
+async def send_signal(
+    client: Client, run_id: str, name: str, payload: Any, target: Target = None
+) -> None:
+    """Append a signal to the run's journal and wake it (kept until the run waits for it).
+    `target`: the run's (workflow, queue) when known; else read from the server."""
     if not isinstance(name, str) or not name or len(name) > 128:
         raise ConfigError(f"a signal name is 1 to 128 characters, not {str(name)[:80]!r}")
-    here = await _here(client, run_id)
+    here = await _here(client, run_id, target)
     event = Event.make("signal", name=name, payload=payload, at=now_iso())
     if len(store.encoded(event)) > MAX_EVENT_BYTES:
         raise ConfigError(f"a signal's payload is at most {MAX_EVENT_BYTES} bytes")
@@ -162,9 +166,9 @@ async def send_signal(client: Client, run_id: str, name: str, payload: Any) -> N
     await trigger(client, here, Trigger(f"g{seq}"))
 
 
-async def cancel_run(client: Client, run_id: str) -> None:
+async def cancel_run(client: Client, run_id: str, target: Target = None) -> None:
     """Ask the run to end cancelled: its running steps and children are cancelled."""
-    here = await _here(client, run_id)
+    here = await _here(client, run_id, target)
     event = Event.make("cancel", at=now_iso())
     seq = await store.append(client, run_id, event, f"{safe_id(run_id)}.cancel")
     await trigger(client, here, Trigger(f"c{seq}"))
@@ -176,9 +180,10 @@ async def retry_run(client: Client, run_id: str) -> None:
     steps run again under new ids, and the run is `running` until it ends again."""
     summary = await store.load_summary(client, run_id)
     if summary is None:
-        raise NotFound(f"no workflow run {run_id}")
-    if summary.state != "failed":
-        raise ConfigError(f"only a failed run can be retried; run {run_id} is {summary.state}")
+        await _here(client, run_id)  # NotFound, unless it started and waits for a decision
+    state = summary.state if summary is not None else "running"
+    if summary is None or summary.state != "failed":
+        raise ConfigError(f"only a failed run can be retried; run {run_id} is {state}")
     here = RunStepState(id=run_id, n=0, workflow=summary.name, queue=summary.queue)
 
     def reopen(found: store.RunSummary | None) -> store.RunSummary | None:
@@ -193,9 +198,17 @@ async def retry_run(client: Client, run_id: str) -> None:
     await trigger(client, here, Trigger(f"r{seq}"))
 
 
-async def _here(client: Client, run_id: str) -> RunStepState:
-    """Where the run's decisions go, from its summary."""
-    summary = await store.load_summary(client, run_id)
-    if summary is None:
-        raise NotFound(f"no workflow run {run_id}")
-    return RunStepState(id=run_id, n=0, workflow=summary.name, queue=summary.queue)
+async def _here(client: Client, run_id: str, target: Target = None) -> RunStepState:
+    """Where the run's decisions go: as given, else from its summary, else (a run no
+    decision took yet) from its start event, which only roles that read journals see."""
+    if target is None:
+        summary = await store.load_summary(client, run_id)
+        if summary is not None:
+            target = (summary.name, summary.queue)
+    if target is None:
+        events = await store.read(client, run_id)
+        start = events[0].details if events and events[0].kind == "start" else None
+        if start is None:
+            raise NotFound(f"no workflow run {run_id}")
+        target = (str(start["workflow"]), str(start["queue"]))
+    return RunStepState(id=run_id, n=0, workflow=target[0], queue=target[1])

@@ -55,16 +55,9 @@ async def start_run(
         at=now_iso(),
         parent=parent.model_dump() if parent is not None else None,
     )
+    # its summary is the first decision's to write: a producer may start a run, but not
+    # write the runs bucket
     fresh = await store.append_after(client, run_id, start, 0) is not None
-    if fresh:
-        summary = store.RunSummary(
-            id=run_id,
-            name=name,
-            queue=queue,
-            started_at=now_iso(),
-            parent=parent.id if parent else None,
-        )
-        await store.update_summary(client, run_id, lambda found: None if found else summary)
     here = RunStepState(id=run_id, n=0, workflow=name, queue=queue)
     await trigger(client, here, Trigger("0"))
     return fresh

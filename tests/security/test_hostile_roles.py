@@ -99,9 +99,15 @@ PRODUCER_MAY_NOT_SUBSCRIBE = [
     "taskq.q.>",  # tasks as they are published
     "taskq.dlq.>",
     "$KV.TASKQ_CANCELS.>",
+    "taskq.wf.>",  # durable runs' journals: their steps' arguments and results
     ">",
 ]
 PRODUCER_MAY_NOT_PUBLISH = [
+    "taskq.wf.run1.w",  # forging a durable run's step outcome or decision
+    "taskq.wf.run1.o",  # resuming a failed run (an operator's retry)
+    "$KV.TASKQ_RUNS.run1",  # rewriting a run's summary
+    "$JS.API.DIRECT.GET.TASKQ_WORKFLOWS",  # reading runs' journals
+    "$JS.API.STREAM.MSG.GET.TASKQ_WORKFLOWS",
     "taskq.s.default.task.x",  # a schedule (its stream lets a publish purge it)
     "taskq.f.default.q.hold",  # a fired task
     "taskq.dlq.default.hold",  # a forged dead letter
