@@ -33,6 +33,9 @@ class AppLike(HandleSource, Protocol):
 WorkflowFn = Callable[..., Coroutine[Any, Any, Any]]
 _RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
 DECISION_RETRIES = 50  # a decision that keeps failing on the server's side is retried long
+# a decision takes milliseconds (its lease is extended while it runs): one whose worker died
+# is handed to another within seconds
+DECISION_ACK_WAIT = 5.0
 
 
 class WorkflowDef:
@@ -59,6 +62,7 @@ class WorkflowDef:
             queue=queue,
             store_result=False,
             max_retries=DECISION_RETRIES,
+            ack_wait=DECISION_ACK_WAIT,
             backoff=0.5,
             backoff_max=30.0,
         )(decision)

@@ -1,0 +1,36 @@
+"""A durable workflow for fault tests: every step writes its runs to a ledger file
+(TASKQ_TEST_LEDGER) with its id and attempt, so a test can tell a redelivery after a kill
+from a completed step run again."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import taskq
+from taskq import App, Workflow
+
+app = App()
+
+
+def note(line: str) -> None:
+    with open(os.environ["TASKQ_TEST_LEDGER"], "a") as ledger:
+        ledger.write(f"{line}\n")
+        ledger.flush()
+
+
+@app.task(ack_wait=1.0, max_retries=20, backoff=0.05, backoff_max=0.2)
+def step(i: int, seconds: float) -> int:
+    ctx = taskq.current()
+    note(f"start {ctx.id} {ctx.attempt}")
+    time.sleep(seconds)
+    note(f"done {ctx.id} {ctx.attempt}")
+    return i
+
+
+@app.workflow
+async def steps(wf: Workflow, count: int, seconds: float) -> int:
+    total = 0
+    for i in range(count):
+        total += await wf.run(step, i, seconds)
+    return total

@@ -1,0 +1,83 @@
+"""Durable workflows under faults, against real servers and real worker processes: SIGKILLs
+while a run advances step by step; each completed step ran once (a step runs again only as
+a redelivery of the attempt a kill interrupted)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.apps import journaled
+from tests.conftest import WorkerProcess
+
+SPEC = "tests.apps.journaled:app"
+
+
+async def run_with_kills(
+    nats_url: str,
+    prefix: str,
+    tmp_path: Path,
+    start: Callable[..., WorkerProcess],
+    *,
+    steps: int,
+    seconds: float,
+    every: float,
+) -> tuple[int, int]:
+    """Run a workflow of `steps` steps on two worker processes, SIGKILLing one every
+    `every` seconds until it ends; (its result, the kills)."""
+    ledger = tmp_path / "ledger.txt"
+    env = {"TASKQ_TEST_LEDGER": str(ledger)}
+    journaled.app.configure(url=nats_url, prefix=prefix)
+    procs = [start(SPEC, "-c", "4", env=env) for _ in range(2)]
+    for proc in procs:
+        await proc.wait_ready()
+    run = await journaled.steps.start(steps, seconds)
+    rng, kills = random.Random(3), 0
+    while await run.status() not in ("succeeded", "failed"):
+        await asyncio.sleep(every)
+        victim = rng.randrange(len(procs))
+        procs[victim].kill()  # SIGKILL, mid-step or mid-decision as it falls
+        kills += 1
+        procs[victim] = start(SPEC, "-c", "4", env=env)
+        await procs[victim].wait_ready()
+    result = await run.result(timeout=60)
+    _check_ledger(ledger, run.id, steps)
+    await journaled.app.aclose()
+    return result, kills
+
+
+def _check_ledger(ledger: Path, run_id: str, steps: int) -> None:
+    lines = [line.split() for line in ledger.read_text().splitlines()]
+    runs = Counter((tid, attempt) for kind, tid, attempt in lines if kind == "start")
+    done = {tid for kind, tid, _ in lines if kind == "done"}
+    # every step completed, and no attempt of a step ran twice: a step ran again only as
+    # the next delivery of its message (a redelivery after a kill), never anew
+    assert done == {f"{run_id}.{i}" for i in range(steps)}
+    assert [key for key, n in runs.items() if n > 1] == []
+    again = sorted({tid for (tid, attempt) in runs if attempt != "1"})
+    print(f"{steps} steps; steps run again after a kill: {len(again)} {again[:5]}")
+
+
+async def test_a_workflow_survives_worker_kills_and_runs_each_completed_step_once(
+    nats_url: str, prefix: str, tmp_path: Path, worker_process: Callable[..., WorkerProcess]
+) -> None:
+    result, kills = await run_with_kills(
+        nats_url, prefix, tmp_path, worker_process, steps=12, seconds=0.4, every=1.0
+    )
+    assert result == sum(range(12)) and kills >= 3
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+async def test_fifty_steps_with_a_worker_killed_every_second(
+    nats_url: str, prefix: str, tmp_path: Path, worker_process: Callable[..., WorkerProcess]
+) -> None:
+    result, kills = await run_with_kills(
+        nats_url, prefix, tmp_path, worker_process, steps=50, seconds=0.3, every=1.0
+    )
+    assert result == sum(range(50)) and kills >= 5
