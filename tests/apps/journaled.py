@@ -34,3 +34,9 @@ async def steps(wf: Workflow, count: int, seconds: float) -> int:
     for i in range(count):
         total += await wf.run(step, i, seconds)
     return total
+
+
+@app.workflow
+async def nap(wf: Workflow, i: int, seconds: float) -> int:
+    await wf.sleep(seconds)  # beyond 2 s: a timer held on the server, no worker held
+    return i

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.apps import journaled
-from tests.conftest import WorkerProcess
+from tests.conftest import WorkerProcess, wait_until
 
 SPEC = "tests.apps.journaled:app"
 
@@ -81,3 +81,39 @@ async def test_fifty_steps_with_a_worker_killed_every_second(
         nats_url, prefix, tmp_path, worker_process, steps=50, seconds=0.3, every=1.0
     )
     assert result == sum(range(50)) and kills >= 5
+
+
+async def test_runs_sleeping_through_a_server_kill_all_wake_and_finish(tmp_path: Path) -> None:
+    from taskq.ports import lease_port
+    from taskq.server import EmbeddedServer
+    from taskq.workflows.views import list_runs
+
+    port, store = lease_port(), tmp_path / "store"
+    server = EmbeddedServer(port=port, store_dir=store).start()
+    prefix = f"n{port}"
+    ledger = tmp_path / "ledger.txt"
+    env = {"TASKQ_TEST_LEDGER": str(ledger)}
+    workers = [WorkerProcess(server.url, prefix, SPEC, "-c", "16", env=env) for _ in range(2)]
+    journaled.app.configure(url=server.url, prefix=prefix)
+    try:
+        for proc in workers:
+            await proc.wait_ready()
+        runs = [await journaled.nap.start(i, 4.0) for i in range(100)]
+        client = await journaled.app.client()
+
+        async def asleep() -> bool:
+            return len(await list_runs(client, state="sleeping", limit=1000)) == 100
+
+        # Given 100 runs asleep (their timers held on the server, no worker held)
+        await wait_until(asleep, timeout=60)
+        # When the server is SIGKILLed and started again on its store
+        server.kill()
+        server = EmbeddedServer(port=port, store_dir=store).start()
+        # Then every run wakes and finishes, on the workers that reconnected
+        results = [await run.result(timeout=120) for run in runs]
+        assert results == list(range(100))
+    finally:
+        await journaled.app.aclose()
+        for proc in workers:
+            proc.close()
+        server.stop()
