@@ -13,6 +13,7 @@ after a crash (within the duplicate window) carries them out again safely.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import OrderedDict
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from taskq.client import Client
-from taskq.errors import TransientError
+from taskq.errors import PayloadTooLarge, TransientError
 from taskq.ids import safe_id
 from taskq.policy import Ack, Cancel, Dead, Decision, Failure, Outcome, Success
 from taskq.records.clock import now_iso
@@ -47,10 +48,23 @@ KEPT_RUNS = 1000  # replayers kept per worker process, most recently used first
 
 
 class Replayers:
-    """The replayers this worker process ran last, so a resumption replays only what is new."""
+    """The replayers this worker process ran last, so a resumption replays only what is new;
+    and one lock per run, so this process decides on a run one decision at a time (the
+    next one then finds the replayer kept, and often nothing new)."""
 
     def __init__(self) -> None:
         self._kept: OrderedDict[str, Replayer] = OrderedDict()
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def lock(self, run_id: str) -> asyncio.Lock:
+        found = self._locks.get(run_id)
+        if found is None:
+            found = self._locks[run_id] = asyncio.Lock()
+        return found
+
+    def unlock(self, run_id: str, lock: asyncio.Lock) -> None:
+        if not lock.locked() and not lock._waiters:
+            self._locks.pop(run_id, None)
 
     def take(self, run_id: str) -> Replayer | None:
         return self._kept.pop(run_id, None)
@@ -83,9 +97,14 @@ async def decide(
         event = Event.make("fired", fired)
         await store.append(client, run_id, event, f"{safe_id(attempt.id)}.fired")
     redelivered = attempt.number > 1
-    for _ in range(CONFLICTS):
-        if await _decide_once(client, definition, run_id, redelivered):
-            return
+    lock = KEPT.lock(run_id)
+    try:
+        async with lock:
+            for _ in range(CONFLICTS):
+                if await _decide_once(client, definition, run_id, redelivered):
+                    return
+    finally:
+        KEPT.unlock(run_id, lock)
     raise TransientError(f"workflow run {run_id}: {CONFLICTS} decisions in a row lost the race")
 
 
@@ -104,14 +123,21 @@ async def _decide_once(
     if round_ is None:
         KEPT.keep(replayer)
         return True
-    seq = await store.append_after(client, run_id, round_, replayer.written)
+    try:
+        seq = await store.record_round(client, run_id, round_, replayer.written)
+    except PayloadTooLarge as exc:  # one command alone is too large: the run cannot go on
+        round_ = Event.make("decided", upto=replayer.seen, at=time.time(), commands=[])
+        round_.details["end"] = {"state": "failed", "error": _error(exc)}
+        seq = await store.append_after(client, run_id, round_, replayer.written)
     if seq is None:
         replayer.close()  # another decision recorded first: start over from the journal
         return False
     replayer.recorded.extend(round_.details["commands"])
     replayer.written = seq
     replayer.own.add(seq)
+    replayer.finished = "end" in round_.details
     await _carry_out(client, definition, run_id, round_, replayer, redelivered or retrying)
+    KEPT.keep(replayer)  # the next decision here replays only what is new
     return True
 
 

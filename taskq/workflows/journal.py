@@ -30,6 +30,7 @@ WRITERS = {
     "cancel": "u",
     "retry": "o",  # an operator's: producers may signal and cancel, not resume
     "decided": "w",
+    "chunk": "c",  # a large round's commands, stored before the round (which names them)
     "done": "w",
     "fired": "w",
 }
@@ -72,7 +73,7 @@ class Event:
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {"e": self.kind, **self.details}
-        if self.kind == "decided":
+        if self.kind in ("decided", "chunk"):
             body["commands"] = [c.to_json() for c in self.details.get("commands", [])]
         if self.n >= 0:
             body["n"] = self.n
@@ -86,7 +87,7 @@ def decode(data: dict[str, Any], seq: int, writer: str = "") -> Event:
     if not isinstance(kind, str) or not isinstance(n, int) or isinstance(n, bool):
         raise DecodeError(f"journal event {seq}: no kind or number")
     details = {k: v for k, v in data.items() if k not in ("e", "n")}
-    if kind == "decided":
+    if kind in ("decided", "chunk"):
         commands = details.get("commands", [])
         if not isinstance(commands, list) or not all(isinstance(c, dict) for c in commands):
             raise DecodeError(f"journal event {seq}: commands must be a list of objects")
@@ -127,11 +128,12 @@ def outcome_of(
         return _wait_outcome(command, visible, made)
     for event in visible:
         if event.n == command.n and event.kind in ("done", "fired"):
-            return _resolved(run_id, command, event)
+            return outcome_from(run_id, command, event)
     return None
 
 
-def _resolved(run_id: str, command: Event, event: Event) -> Outcome:
+def outcome_from(run_id: str, command: Event, event: Event) -> Outcome:
+    """The outcome a `done` or `fired` event gives its command."""
     if event.kind == "fired" or event.details.get("ok", False):
         return Outcome(event.details.get("value"))
     error = event.details.get("error") or {}
@@ -179,6 +181,7 @@ def retried(run_id: str, events: list[Event]) -> tuple[list[Event], int]:
     rounds; every completed step of the rounds kept stays. After a retry only outcomes of
     the new generation count (`step_id` ends in `r<k>`): a step of a dropped round that ends
     late cannot answer a command made anew."""
+    events = assemble(events)
     retries = 0
     for retry in [e for e in events if e.kind == "retry"]:
         before = [e for e in events if e.seq < retry.seq]
@@ -243,3 +246,26 @@ def step_id(run_id: str, n: int, retries: int = 0) -> str:
 def child_id(run_id: str, n: int, retries: int = 0) -> str:
     """The run id of child `n` (started after `retries` retries of the run)."""
     return f"{run_id}-c{n}" + (f"r{retries}" if retries else "")
+
+
+def assemble(events: list[Event]) -> list[Event]:
+    """Rounds whole: a round too large for one message names the chunks that hold the rest
+    of its commands (stored before it); here they are joined, chunk events left out. A
+    chunk no round names (its decision lost the race, or died) is nothing."""
+    chunks = {e.seq: e.details.get("commands", []) for e in events if e.kind == "chunk"}
+    whole = []
+    for event in events:
+        if event.kind == "chunk":
+            continue
+        if event.kind == "decided" and event.details.get("chunks"):
+            event = joined(event, chunks)
+        whole.append(event)
+    return whole
+
+
+def joined(head: Event, chunks: dict[int, list[Event]]) -> Event:
+    """A round's event with the commands of the chunks it names, in order."""
+    named = [int(seq) for seq in head.details.get("chunks", [])]
+    commands = [*head.details.get("commands", []), *(c for s in named for c in chunks.get(s, []))]
+    details = {k: v for k, v in head.details.items() if k != "chunks"}
+    return Event(head.kind, head.n, {**details, "commands": commands}, head.seq, head.writer)

@@ -19,7 +19,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from taskq.errors import TaskqError
-from taskq.workflows.journal import RESOLVING, Event, Outcome, command_matches, outcome_of
+from taskq.workflows.journal import (
+    RESOLVING,
+    Event,
+    Outcome,
+    command_matches,
+    joined,
+    outcome_from,
+    outcome_of,
+)
 
 _PENDING = object()
 
@@ -77,18 +85,21 @@ class Gather:
 
     def __await__(self) -> Generator[Any, None, list[Any]]:
         results: list[Any] = [_PENDING] * len(self._members)
+        waiting: dict[int, Any] = {}  # member -> what it is blocked on
+        pending = list(range(len(self._members)))
         while True:
-            blocked = []
-            for i, member in enumerate(self._members):
-                if results[i] is not _PENDING:
-                    continue
+            for i in pending:
+                if _still_blocked(waiting.get(i)):
+                    continue  # its command has no outcome yet: no need to drive it
                 try:
-                    blocked.append(member.send(None))
+                    waiting[i] = self._members[i].send(None)
                 except StopIteration as done:
                     results[i] = done.value
-            if not blocked:
+                    waiting.pop(i, None)
+            pending = [i for i in pending if results[i] is _PENDING]
+            if not pending:
                 return results
-            yield Blocked(blocked)
+            yield Blocked([waiting[i] for i in pending])
 
 
 @dataclass
@@ -107,6 +118,9 @@ class Replayer:
     retries: int = 0  # how often the run was retried (its steps' ids end in `r<retries>`)
     written: int = 0  # the last workers' event seen (a round is appended after it, or not)
     own: set[int] = field(default_factory=set)  # rounds this replayer recorded itself
+    _known: set[int] = field(default_factory=set)  # the visible events' sequences
+    _outcomes: dict[int, Event] = field(default_factory=dict)  # a command's done or fired
+    _chunks: dict[int, list[Event]] = field(default_factory=dict)  # a large round's parts
     started_at: str = ""  # when the run started, and its parent run (for its summary)
     parent: str | None = None
 
@@ -131,16 +145,24 @@ class Replayer:
         return self.recorded[n] if n < len(self.recorded) else None
 
     def outcome(self, command: Event) -> Outcome | None:
+        """The command's outcome among the visible events (a lookup, but for waits)."""
+        if command.kind in ("run", "child", "sleep"):
+            found = self._outcomes.get(command.n)
+            return None if found is None else outcome_from(self.run_id, command, found)
         return outcome_of(self.run_id, command, self.visible, self.made)
 
     # -- what a decision calls ---------------------------------------------------------------
     def feed(self, events: list[Event]) -> None:
         """Replay `events` (the whole journal, or what came after `seen`): each `decided`
         event is a round, checked against the commands it recorded."""
+        self._chunks.update(
+            (e.seq, e.details.get("commands", [])) for e in events if e.kind == "chunk"
+        )
         for event in events:
             if event.kind == "decided" and event.seq in self.own:
                 continue  # recorded by this replayer: its commands are made already
             if event.kind == "decided":
+                event = joined(event, self._chunks) if event.details.get("chunks") else event
                 self.finished = self.finished or "end" in event.details
                 upto = int(event.details.get("upto", 0))
                 self._show([e for e in events if self.seen < e.seq <= upto])
@@ -160,8 +182,12 @@ class Replayer:
         return self.made[len(self.recorded) :]
 
     def _show(self, events: list[Event]) -> None:
-        known = {e.seq for e in self.visible}
-        self.visible.extend(e for e in events if e.kind in RESOLVING and e.seq not in known)
+        for event in events:
+            if event.kind in RESOLVING and event.seq not in self._known:
+                self._known.add(event.seq)
+                self.visible.append(event)
+                if event.kind in ("done", "fired"):
+                    self._outcomes.setdefault(event.n, event)
 
     def _drive(self) -> None:
         if self.ended is not None or self.code is None:
@@ -198,6 +224,12 @@ class Replayer:
     def close(self) -> None:
         if self.code is not None:
             self.code.close()
+
+
+def _still_blocked(blocked_on: Any) -> bool:
+    """Whether a gather member blocked on `blocked_on` (a command, or anything else: driven
+    again to see) is certainly still blocked."""
+    return isinstance(blocked_on, Command) and blocked_on.replayer.outcome(blocked_on.event) is None
 
 
 def _foreign(yielded: Any) -> str:

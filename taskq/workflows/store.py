@@ -14,7 +14,7 @@ from pydantic_core import to_json
 
 from taskq.client import Client
 from taskq.errors import DecodeError, NotFound, PayloadTooLarge, TaskqError, TransientError
-from taskq.ids import safe_id
+from taskq.ids import new_id, safe_id
 from taskq.records.clock import now_iso
 from taskq.topology.specs import runs_bucket, workflows_stream
 from taskq.workflows.journal import MAX_EVENT_BYTES, MAX_EVENTS, WRITERS, Event, decode
@@ -92,6 +92,10 @@ def _decoded(data: bytes, seq: int, subject: str) -> Event:
     return decode(value, seq, subject.rsplit(".", 1)[-1])
 
 
+def _size(event: Event) -> int:
+    return len(to_json(event.to_json(), fallback=repr))
+
+
 def encoded(event: Event) -> bytes:
     body = to_json(event.to_json(), fallback=repr)
     if len(body) > MAX_EVENT_BYTES:
@@ -104,6 +108,38 @@ async def append_after(client: Client, run_id: str, event: Event, last_seq: int)
     its sequence, or None when another came first (the caller reads again)."""
     subject = client.names.journal_subject(safe_id(run_id), WRITERS[event.kind])
     return await client.connection.records.replace(subject, encoded(event), last_seq)
+
+
+async def record_round(client: Client, run_id: str, round_: Event, last_seq: int) -> int | None:
+    """Append a decision's round after the workers' event `last_seq` (compare-and-set);
+    None when another came first. A round too large for one message stores its commands
+    in chunks first, the round naming them: it is recorded, whole, only when its own
+    message is (PayloadTooLarge: one command alone is over the limit)."""
+    commands: list[Event] = round_.details.get("commands", [])
+    if _size(round_) <= MAX_EVENT_BYTES:
+        return await append_after(client, run_id, round_, last_seq)
+    chunks: list[int] = []
+    for part in _parts(commands):
+        chunk = Event.make("chunk", commands=part)
+        chunks.append(await append(client, run_id, chunk, f"{safe_id(run_id)}.{new_id()}"))
+    head = Event.make("decided", **{**round_.details, "commands": [], "chunks": chunks})
+    return await append_after(client, run_id, head, last_seq)
+
+
+def _parts(commands: list[Event]) -> list[list[Event]]:
+    """`commands` cut into chunks of at most MAX_EVENT_BYTES each (encoded)."""
+    parts: list[list[Event]] = [[]]
+    size = 0
+    for command in commands:
+        one = _size(command) + 1
+        if one > MAX_EVENT_BYTES - 64:
+            raise PayloadTooLarge(one, MAX_EVENT_BYTES, f"step {command.n}'s command")
+        if size + one > MAX_EVENT_BYTES - 64 and parts[-1]:
+            parts.append([])
+            size = 0
+        parts[-1].append(command)
+        size += one
+    return parts
 
 
 async def append(client: Client, run_id: str, event: Event, msg_id: str) -> int:

@@ -236,3 +236,25 @@ async def test_a_runs_journal_is_sealed_at_rest_with_an_encryption_key(
     stream = client.names.workflows_stream
     raw = await client.connection.messages.batch(stream, 1, 100)
     assert raw and all(b"the-plain-text" not in m.data and b"THE-PLAIN" not in m.data for m in raw)
+
+
+async def test_a_round_too_large_for_one_message_is_recorded_in_chunks(app: App) -> None:
+    from taskq.workflows import store
+    from taskq.workflows.journal import MAX_EVENT_BYTES
+
+    @app.task
+    async def size(text: str) -> int:
+        return len(text)
+
+    @app.workflow
+    async def fan(wf: Workflow) -> list[int]:
+        # 300 commands of ~1 KiB: one round of ~300 KiB, over one journal event's limit
+        return list(await wf.gather(*(wf.run(size, "x" * 1000 + str(i)) for i in range(300))))
+
+    async with running_worker(app, concurrency=32):
+        run = await fan.start()
+        result = await run.result(timeout=60)
+    assert result == [1000 + len(str(i)) for i in range(300)]
+    events = await store.read(await app.client(), run.id)
+    chunks = [e for e in events if e.kind == "chunk"]
+    assert len(chunks) >= 2 and all(len(store.encoded(c)) <= MAX_EVENT_BYTES for c in chunks)
