@@ -20,6 +20,7 @@ from taskq.workflows.state import RunStepState
 from taskq.workflows.wake import Trigger, trigger
 
 log = logging.getLogger("taskq.worker")
+WAITED = frozenset({"run", "child", "sleep", "wait"})  # commands a run waits on
 RECORDED = {"succeeded": "succeeded", "failed": "dead", "cancelled": "cancelled"}
 
 
@@ -27,16 +28,22 @@ async def mark_waiting(
     client: Client, definition: Definition, run_id: str, replayer: Replayer
 ) -> None:
     """The run's state while it waits: sleeping (only timers), waiting (a signal), or
-    running (steps or children under way)."""
-    pending = [c for c in replayer.made if c.kind in ("run", "child", "sleep", "wait")]
-    pending = [c for c in pending if replayer.outcome(c) is None]
-    kinds = {c.kind for c in pending}
+    running (steps or children under way); written only when it changed."""
+    while replayer.settled < len(replayer.made) and _done(replayer, replayer.settled):
+        replayer.settled += 1  # commands before this one all have their outcome
+    pending = [c for c in replayer.made[replayer.settled :] if c.kind in WAITED]
+    kinds = {c.kind for c in pending if replayer.outcome(c) is None}
     state = "running"
     if kinds == {"sleep"}:
         state = "sleeping"
     elif kinds and kinds <= {"wait", "sleep"}:
         state = "waiting"
     await _summary(client, definition, replayer, state)
+
+
+def _done(replayer: Replayer, n: int) -> bool:
+    command = replayer.made[n]
+    return command.kind not in WAITED or replayer.outcome(command) is not None
 
 
 async def finish(
@@ -104,6 +111,8 @@ async def _summary(
             )
         if summary.state in store.FINAL:
             return None  # a late decision does not reopen an ended run
+        if summary.state == state and summary.error == error and summary.updated_at:
+            return None  # unchanged: one read, no write
         return summary.model_copy(update={"state": state, "error": error})
 
     await store.update_summary(client, run_id, change)

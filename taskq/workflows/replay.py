@@ -121,6 +121,7 @@ class Replayer:
     _known: set[int] = field(default_factory=set)  # the visible events' sequences
     _outcomes: dict[int, Event] = field(default_factory=dict)  # a command's done or fired
     _chunks: dict[int, list[Event]] = field(default_factory=dict)  # a large round's parts
+    settled: int = 0  # commands before this one all have their outcome (end.mark_waiting)
     started_at: str = ""  # when the run started, and its parent run (for its summary)
     parent: str | None = None
 
