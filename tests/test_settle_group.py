@@ -3,7 +3,7 @@ only after its own writes; what cannot be grouped settles alone."""
 
 from __future__ import annotations
 
-from taskq import App
+from taskq import App, Middleware, Settled
 from taskq.dlq.browse import list_dead
 from taskq.records.results import fetch
 from tests.conftest import running_worker, wait_until
@@ -16,6 +16,16 @@ async def test_tasks_finishing_together_settle_in_groups_each_after_its_record(
     async def square(n: int) -> int:
         return n * n
 
+    missing: list[str] = []  # tasks whose record was not stored when their ack was sent
+
+    class RecordedFirst(Middleware):
+        async def after_settle(self, settled: Settled) -> None:  # runs after the ack
+            record = await fetch(app, settled.task_id)
+            if record is None or record.state != "succeeded":
+                missing.append(settled.task_id)
+
+    app.add_middleware(RecordedFirst())
+
     handles = await square.enqueue_many(range(300))
     async with running_worker(app, concurrency=32) as worker:
         await wait_until(lambda: worker.stats["succeeded"] == 300, timeout=30)
@@ -23,7 +33,9 @@ async def test_tasks_finishing_together_settle_in_groups_each_after_its_record(
         group = worker._parts.settler
         # Then they were settled in fewer groups than tasks (several per loop turn) ...
         assert group.grouped == 300 and group.groups < 300, (group.groups, group.grouped)
-    # ... and every acked task has its record, with its value
+    # ... each acked only once its own record was stored (after_settle runs after the ack) ...
+    assert missing == []
+    # ... and every task's record holds its value
     for n, handle in enumerate(handles):
         record = await fetch(app, handle.id)
         assert record is not None and (record.state, record.result) == ("succeeded", n * n)
