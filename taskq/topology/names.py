@@ -257,7 +257,7 @@ class Names:
         """A run's journal, one subject per writer (`run_id` in its safe form): `s` its
         start, `u` what users send (signals, cancels), `o` an operator's retry, `w` what
         workers write (decisions, step outcomes, timers). Roles get the subjects they may
-        write, so a producer can signal a run but never forge a step's result or resume a
+        write, so a producer can signal a run but never write a step's outcome or resume a
         failed run; `*` reads them all."""
         return f"{self.prefix}.wf.{run_id}.{writer}"
 

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from taskq.client import Client
-from taskq.errors import PayloadTooLarge, TransientError
+from taskq.errors import ArgumentsError, PayloadTooLarge, TransientError
 from taskq.ids import safe_id
 from taskq.policy import Ack, Cancel, Dead, Decision, Failure, Outcome, Success
-from taskq.records.clock import now_iso
+from taskq.records.clock import now_iso, parse_time
 from taskq.records.envelope import Envelope
 from taskq.workflows import store
 from taskq.workflows.end import finish, mark_waiting
@@ -32,17 +32,20 @@ from taskq.workflows.journal import (
     MAX_EVENTS,
     Definition,
     Event,
+    assemble,
     child_id,
     of_generation,
     retried,
     step_id,
 )
+from taskq.workflows.journal import Outcome as CodeOutcome
 from taskq.workflows.replay import Replayer
 from taskq.workflows.state import RunStepState
 from taskq.workflows.wake import Trigger, start_run, trigger
 from taskq.workflows.workflow import Workflow
 
 log = logging.getLogger("taskq.worker")
+SKEW = 5.0  # seconds a timer may be taken as fired before its due time (clocks differ)
 CONFLICTS = 20  # rounds lost to a concurrent decision before this one gives up (retried)
 KEPT_RUNS = 1000  # replayers kept per worker process, most recently used first
 
@@ -93,7 +96,7 @@ async def decide(
     """One decision of run `run_id` (a timer of command `fired` fired first, if >= 0:
     appended once per timer message, `attempt.id`)."""
     await store.ensure_workflows(client)
-    if fired >= 0:
+    if fired >= 0 and await _timer_due(client, run_id, fired):
         event = Event.make("fired", fired)
         await store.append(client, run_id, event, f"{safe_id(attempt.id)}.fired")
     redelivered = attempt.number > 1
@@ -171,6 +174,17 @@ def _retry_pending(events: list[Event]) -> bool:
     return bool(retries) and (not rounds or retries[-1] > rounds[-1])
 
 
+async def _timer_due(client: Client, run_id: str, n: int) -> bool:
+    """Whether command `n` of the run is a timer due now: a decision message claiming a
+    timer fired (any producer may publish one) fires nothing early, and no step."""
+    for event in assemble(await store.read(client, run_id)):
+        for command in event.details.get("commands", []) if event.kind == "decided" else []:
+            if command.n == n and command.kind in ("sleep", "wait"):
+                until = command.details.get("until")
+                return bool(until) and parse_time(str(until)).timestamp() <= time.time() + SKEW
+    return False
+
+
 def _start(definition: Definition, run_id: str, events: list[Event]) -> Replayer | None:
     if not events or events[0].kind != "start":
         return None
@@ -180,8 +194,15 @@ def _start(definition: Definition, run_id: str, events: list[Event]) -> Replayer
     replayer = Replayer(run_id, started_at=str(start.get("at", "")))
     parent = start.get("parent")
     replayer.parent = str(parent.get("id")) if isinstance(parent, dict) else None
-    wf = Workflow(run_id, replayer)
-    replayer.code = definition.fn(wf, *start.get("args", []), **start.get("kwargs", {}))
+    args, kwargs = start.get("args", []), start.get("kwargs", {})
+    try:  # the start is a producer's: its arguments fit the code, or the run fails
+        if not isinstance(args, list) or not isinstance(kwargs, dict):
+            raise ArgumentsError(definition.name, "args must be a list, kwargs an object")
+        args, kwargs = definition.validator.for_call(args, kwargs)
+    except ArgumentsError as exc:
+        replayer.ended = CodeOutcome(error=exc)
+        return replayer
+    replayer.code = definition.fn(Workflow(run_id, replayer), *args, **kwargs)
     return replayer
 
 

@@ -17,12 +17,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from taskq.arguments import ArgsValidator
 from taskq.errors import DecodeError, TaskCancelled, TaskFailed
 
 # the events whose arrival can unblock the code (the rest are the code's own record)
 RESOLVING = frozenset({"done", "fired", "signal", "cancel"})
 COMMANDS = frozenset({"run", "child", "sleep", "wait", "now", "uuid", "random", "patch"})
 LOCAL = frozenset({"now", "uuid", "random", "patch"})  # resolved by their own record
+# the event that answers each waiting command (a `fired` never answers a step: it is no result)
+ANSWERED_BY = {"run": "done", "child": "done", "sleep": "fired"}
 # which journal subject holds each kind (taskq.topology.names.Names.journal_subject)
 WRITERS = {
     "start": "s",
@@ -44,6 +47,7 @@ class Definition(Protocol):
     name: str
     queue: str
     fn: Callable[..., Any]
+    validator: ArgsValidator
 
 
 @dataclass(frozen=True)
@@ -126,8 +130,9 @@ def outcome_of(
         return Outcome(command.details.get("value"))
     if command.kind == "wait":
         return _wait_outcome(command, visible, made)
+    answer = ANSWERED_BY.get(command.kind)
     for event in visible:
-        if event.n == command.n and event.kind in ("done", "fired"):
+        if event.n == command.n and event.kind == answer:
             return outcome_from(run_id, command, event)
     return None
 

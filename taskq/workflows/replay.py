@@ -20,6 +20,7 @@ from typing import Any
 
 from taskq.errors import TaskqError
 from taskq.workflows.journal import (
+    ANSWERED_BY,
     RESOLVING,
     Event,
     Outcome,
@@ -119,7 +120,7 @@ class Replayer:
     written: int = 0  # the last workers' event seen (a round is appended after it, or not)
     own: set[int] = field(default_factory=set)  # rounds this replayer recorded itself
     _known: set[int] = field(default_factory=set)  # the visible events' sequences
-    _outcomes: dict[int, Event] = field(default_factory=dict)  # a command's done or fired
+    _outcomes: dict[tuple[int, str], Event] = field(default_factory=dict)  # (n, done|fired)
     _chunks: dict[int, list[Event]] = field(default_factory=dict)  # a large round's parts
     settled: int = 0  # commands before this one all have their outcome (end.mark_waiting)
     started_at: str = ""  # when the run started, and its parent run (for its summary)
@@ -147,8 +148,9 @@ class Replayer:
 
     def outcome(self, command: Event) -> Outcome | None:
         """The command's outcome among the visible events (a lookup, but for waits)."""
-        if command.kind in ("run", "child", "sleep"):
-            found = self._outcomes.get(command.n)
+        answer = ANSWERED_BY.get(command.kind)
+        if answer is not None:
+            found = self._outcomes.get((command.n, answer))
             return None if found is None else outcome_from(self.run_id, command, found)
         return outcome_of(self.run_id, command, self.visible, self.made)
 
@@ -188,7 +190,7 @@ class Replayer:
                 self._known.add(event.seq)
                 self.visible.append(event)
                 if event.kind in ("done", "fired"):
-                    self._outcomes.setdefault(event.n, event)
+                    self._outcomes.setdefault((event.n, event.kind), event)
 
     def _drive(self) -> None:
         if self.ended is not None or self.code is None:

@@ -77,9 +77,6 @@ class WorkflowDef:
     def start_sync(self, *args: Any, **kwargs: Any) -> WorkflowRun:
         return self.app.portal.run(self.start(*args, **kwargs))
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Coroutine[Any, Any, Any]:
-        return self.fn(*args, **kwargs)
-
 
 @dataclass(frozen=True)
 class WorkflowCall:

@@ -258,3 +258,40 @@ async def test_a_round_too_large_for_one_message_is_recorded_in_chunks(app: App)
     events = await store.read(await app.client(), run.id)
     chunks = [e for e in events if e.kind == "chunk"]
     assert len(chunks) >= 2 and all(len(store.encoded(c)) <= MAX_EVENT_BYTES for c in chunks)
+
+
+async def test_a_decision_message_claiming_a_timer_fired_early_fires_nothing(app: App) -> None:
+    from taskq.workflows import store
+
+    @app.workflow
+    async def later(wf: Workflow) -> str:
+        await wf.sleep(timedelta(seconds=60))
+        return "woke"
+
+    async with running_worker(app) as worker:
+        run = await later.start()
+        await wait_until(_state_is(run, "sleeping"), timeout=30)
+        before = worker.stats["succeeded"]
+        # When anyone may publish publishes the run's decision claiming its timer fired
+        await app.tasks["later"].enqueue(run.id, fired=0)
+        await wait_until(lambda: worker.stats["succeeded"] > before, timeout=30)
+        # Then nothing fired: the timer is a minute away
+        events = await store.read(await app.client(), run.id)
+        assert [e for e in events if e.kind == "fired"] == []
+        assert await run.status() == "sleeping"
+
+
+async def test_a_start_whose_arguments_do_not_fit_fails_its_run_clearly(app: App) -> None:
+    from taskq.workflows.wake import start_run
+
+    @app.workflow
+    async def typed(wf: Workflow, count: int) -> int:
+        return count
+
+    async with running_worker(app):
+        # a start written by hand (any producer may): its arguments do not fit the code
+        call = {"workflow": "typed", "queue": "default", "args": ["many"], "kwargs": {}}
+        await start_run(await app.client(), "bad-start", call)
+        with pytest.raises(TaskFailed, match="invalid arguments") as failed:
+            await app.workflow_run("bad-start").result(timeout=30)
+        assert failed.value.type == "ArgumentsError"

@@ -226,3 +226,16 @@ def test_a_timer_out_of_range_is_a_config_error(delay: float) -> None:
 
     ended = Journal(flow).decide().ended
     assert ended is not None and isinstance(ended.error, ConfigError)
+
+
+def test_a_fired_event_never_answers_a_step() -> None:
+    async def order(wf: Workflow) -> str:
+        return str(await wf.run(charge, "o", 1))
+
+    journal = Journal(order)
+    journal.decide()
+    journal.add("fired", 0)  # forged: a timer's event for a step
+    assert journal.decide().ended is None  # the step still waits for its own outcome
+    journal.add("done", 0, ok=True, value="r")
+    ended = journal.decide().ended
+    assert ended is not None and ended.value == "r"
