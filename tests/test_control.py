@@ -183,7 +183,7 @@ async def test_cancel_a_running_process_task_kills_its_child(cpu_app: App, tmp_p
         await handle.cancel()
         with pytest.raises(TaskCancelled):  # the spin would take minutes
             await handle.result(timeout=10)
-        await wait_until(lambda: _gone(pid))
+        await wait_until(lambda: _exited(pid))
         # the pool carries on with a new child
         assert await (await cpu.long_spin.enqueue(3)).result(timeout=20) == 3
     assert worker.stats["cancelled"] == 1
@@ -255,7 +255,7 @@ async def test_cancel_sync_from_plain_code(app: App) -> None:
     assert await handle.status() == "cancelled"
 
 
-def _gone(pid: int) -> bool:
+def _exited(pid: int) -> bool:
     """The process has exited (or is a zombie): it may exit between two looks at it."""
     try:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
