@@ -62,6 +62,7 @@ class Events:
 async def open_client(settings: Settings, name: str, events: Events) -> Client:
     """Connect, or raise ConnectError naming the URL when no server answers."""
     client = Client()
+    events.guard.watch(client)
     options = connect_options(settings, name, events)
     # nats-py can wait forever on a socket closed after a failed TLS handshake: bound
     # the first connect (each server, tried twice) and report the error seen last

@@ -3,7 +3,8 @@
 A `Guard` belongs to one connection: `with guard:` around any nats-py call turns its errors
 into taskq errors. It also remembers the permission violations its server reported, because
 the server refuses a publish asynchronously and the request then only times out; a timeout
-right after a violation is reported as the PermissionDenied it really is.
+right after a violation is reported as the PermissionDenied it really is. Requests it watches
+(`watch`) end at the violation naming their subject instead of waiting out their timeout.
 """
 
 from __future__ import annotations
@@ -13,9 +14,12 @@ import contextlib
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import nats.errors
 import nats.js.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
 
 from taskq.errors import (
     BrokerError,
@@ -52,11 +56,14 @@ class Guard:
     and this form costs a fraction of `contextlib.contextmanager`'s set-up per use.
     """
 
-    __slots__ = ("_expected", "_violations")
+    __slots__ = ("_expected", "_refused", "_violations", "_waiting")
 
     def __init__(self) -> None:
         self._violations: deque[tuple[float, str]] = deque(maxlen=16)  # (when, text)
         self._expected: set[str] = set()  # subjects probed on purpose (taskq doctor)
+        # requests in flight, by quoted lower-case subject (as the server's -ERR names it)
+        self._waiting: dict[str, set[asyncio.Future[Any]]] = {}
+        self._refused: set[asyncio.Future[Any]] = set()  # ended by a violation, not a cancel
 
     def __enter__(self) -> None:
         return None
@@ -71,8 +78,47 @@ class Guard:
             raise error from None
 
     def violation(self, text: str) -> None:
-        """Remember a permissions violation the server reported on this connection."""
+        """Remember a permissions violation the server reported on this connection, and end
+        the watched requests to the subject it names (they would get no reply)."""
         self._violations.append((time.monotonic(), text))
+        lowered = text.lower()
+        for quoted, waiters in self._waiting.items():
+            if quoted in lowered:
+                for waiter in waiters:
+                    self._refused.add(waiter)
+                    waiter.cancel()
+
+    def watch(self, client: Client) -> None:
+        """Make `client.request` (which nats-py's JetStream calls use) end with a timeout
+        as soon as the server refuses its subject, instead of waiting out its deadline:
+        the refused request is then translated to PermissionDenied like any other."""
+        original = client.request
+
+        async def request(
+            subject: str,
+            payload: bytes = b"",
+            timeout: float = 0.5,
+            old_style: bool = False,
+            headers: dict[str, Any] | None = None,
+        ) -> Msg:
+            waiter = asyncio.ensure_future(original(subject, payload, timeout, old_style, headers))
+            quoted = f'"{subject.lower()}"'
+            self._waiting.setdefault(quoted, set()).add(waiter)
+            try:
+                return await waiter
+            except asyncio.CancelledError:
+                if waiter not in self._refused:
+                    raise  # the caller was cancelled
+                raise nats.errors.TimeoutError from None
+            finally:
+                self._refused.discard(waiter)
+                waiters = self._waiting.get(quoted)
+                if waiters is not None:
+                    waiters.discard(waiter)
+                    if not waiters:
+                        del self._waiting[quoted]
+
+        client.request = request  # type: ignore[method-assign]
 
     def expect(self, subject: str) -> None:
         """A probe is about to try `subject`: a refusal of it is an answer, not a problem."""
