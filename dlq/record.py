@@ -35,6 +35,7 @@ REASONS: tuple[str, ...] = (
     "unknown_task",
     "expired",
     "crashed",
+    "forged_step",
 )
 REASON_HEADER = "Taskq-Reason"
 QUEUE_HEADER = "Taskq-Queue"

@@ -199,14 +199,15 @@ class App:
 
         return register
 
-    def workflow(self, fn: Any = None, *, name: str | None = None, queue: str = "default") -> Any:
-        """Register a durable workflow (`async def flow(wf: Workflow, ...)`): usable bare
-        or with `name` and `queue` (where its decisions run); docs/workflows.md."""
+    def workflow(self, fn: Any = None, *, queue: str = "default", **options: Any) -> Any:
+        """Register a durable workflow (`async def flow(wf: Workflow, ...)`): bare or with
+        `name`, `queue` (where its decisions run) and `timeout` (seconds or a timedelta a
+        run may take: past it, it fails with WorkflowTimeout); docs/workflows.md."""
         from taskq.workflows.runs import register_workflow
 
         if fn is not None:
-            return register_workflow(self, fn, name, queue)
-        return lambda f: register_workflow(self, f, name, queue)
+            return register_workflow(self, fn, queue, **options)
+        return lambda f: register_workflow(self, f, queue, **options)
 
     def workflow_run(self, run_id: str) -> WorkflowRun:
         """A durable workflow run from its id: signal, result, status, cancel."""

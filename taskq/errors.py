@@ -135,6 +135,16 @@ class TaskTimeout(TaskqError, TimeoutError):
         super().__init__(f"task {task!r} exceeded its timeout of {timeout:g}s")
 
 
+class WorkflowTimeout(TaskqError, TimeoutError):
+    """A durable workflow run did not end within its workflow's `timeout` (counted from
+    its start, or from its last retry): the run fails with this."""
+
+    def __init__(self, run_id: str, timeout: float) -> None:
+        self.run_id = run_id
+        self.timeout = timeout
+        super().__init__(f"workflow run {run_id} did not end within its timeout of {timeout:g}s")
+
+
 class Retry(TaskqError):
     """Raised by task code to ask for another attempt, optionally after `delay` seconds."""
 

@@ -20,7 +20,9 @@ from taskq.errors import (
     Unpicklable,
 )
 
-DeadReason = Literal["exhausted", "permanent", "undecodable", "unknown_task", "expired", "crashed"]
+DeadReason = Literal[
+    "exhausted", "permanent", "undecodable", "unknown_task", "expired", "crashed", "forged_step"
+]
 
 
 # a task's lease (the server's ack_wait) when it names none: in-progress acks extend it

@@ -8,6 +8,7 @@ cancelled ones are judged cancelled without running.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
@@ -36,6 +37,8 @@ from taskq.workers.lease import Leases
 from taskq.workers.pool.processes import ProcessPool
 from taskq.workers.running import RunningJobs
 from taskq.workers.spark.jobs import LendSlot, SparkExecutor
+from taskq.workflows.state import RunStepState
+from taskq.workflows.steps import is_bound
 
 SOON = 2.0  # a task due within this many seconds waits in the worker, not as a schedule
 
@@ -107,7 +110,7 @@ class Judge:
         job.task = self.app.tasks.get(job.envelope.task)
         if d.header(DROPPED) is not None:  # a call a throttle window dropped: record it
             return _dropped(d.header(DROPPED) or "", d.header(KEPT) or ""), None
-        early = self._refused(job)
+        early = self._refused(job) or await self._forged(job)
         if early is not None:
             return early
         held = await _until_due(job)
@@ -133,6 +136,19 @@ class Judge:
         if envelope.expired():
             return Dead("expired", f"expired at {envelope.expires_at}"), None
         return None
+
+    async def _forged(self, job: Job) -> tuple[Decision, Outcome | None] | None:
+        """A durable workflow step its run's journal never commanded (a producer may
+        publish to the queue): dead unrun, and recorded as no step's outcome."""
+        envelope = job.envelope
+        assert envelope is not None
+        if not isinstance(envelope.workflow, RunStepState):
+            return None
+        if await is_bound(await self.app.client(), envelope):
+            return None
+        job.envelope = dataclasses.replace(envelope, workflow=None)
+        why = f"no decision of workflow run {envelope.workflow.id} commanded this step"
+        return Dead("forged_step", why), None
 
     async def _wake_up(self, job: Job, key_token: str) -> Hold | None:
         """A debounce wake-up: hold it until its burst is due, drop it if its burst ran,

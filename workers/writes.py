@@ -25,8 +25,8 @@ from taskq.records.results import store as store_result
 from taskq.workers.job import Job
 from taskq.workers.outcomes import final_record, record_fields, result_record
 from taskq.workflows.canvas import advance
-from taskq.workflows.decide import step_ended
 from taskq.workflows.state import RunStepState, final_id
+from taskq.workflows.steps import step_ended
 
 
 @dataclass(slots=True)

@@ -315,6 +315,9 @@ def stream_config(spec: StreamSpec) -> api.StreamConfig:
         allow_msg_ttl=True if spec.msg_ttl else None,
         allow_msg_counter=True if spec.counters else None,
         max_msgs_per_subject=spec.max_msgs_per_subject,
+        discard=api.DiscardPolicy.NEW if spec.refuse_when_full else api.DiscardPolicy.OLD,
+        discard_new_per_subject=spec.refuse_when_full,
+        max_msg_size=spec.max_msg_size,
         allow_direct=True,
     )
 

@@ -32,6 +32,9 @@ class StreamSpec:
     description: str = ""
     max_msgs_per_subject: int = -1  # 1: a subject holds one record (flow control's streams)
     counters: bool = False  # ADR-49 counters: every subject is a `Nats-Incr` counter
+    # a subject at max_msgs_per_subject refuses new messages (instead of dropping its oldest)
+    refuse_when_full: bool = False
+    max_msg_size: int = -1  # bytes one message may have, at most (-1: the server's max)
 
 
 @dataclass(frozen=True)
@@ -243,6 +246,10 @@ def flows_bucket(names: Names, settings: Settings) -> BucketSpec:
     return BucketSpec(names.flows_bucket, ttl=settings.results_ttl, replicas=settings.replicas)
 
 
+JOURNAL_EVENTS = 20_000  # events in one durable run's journal, at most (decisions check)
+JOURNAL_EVENT_BYTES = 256 * 1024  # one journal event's JSON, at most
+
+
 def workflows_stream(names: Names, settings: Settings) -> StreamSpec:
     """Durable workflow runs' journals, one subject per run (limits retention: a journal
     stays until its run has ended and its results expired, taskq.workflows.decide)."""
@@ -253,6 +260,11 @@ def workflows_stream(names: Names, settings: Settings) -> StreamSpec:
         replicas=settings.replicas,
         duplicate_window=settings.duplicate_window,
         description="taskq durable workflow journals",
+        # the server's own bound on each writer's subject of a run (a producer flooding a
+        # run with signals is refused there), past the limit decisions fail the run at
+        max_msgs_per_subject=JOURNAL_EVENTS + 1000,
+        refuse_when_full=True,
+        max_msg_size=2 * JOURNAL_EVENT_BYTES,  # room for sealing and headers
     )
 
 

@@ -21,10 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from taskq.client import Client
-from taskq.errors import ArgumentsError, PayloadTooLarge, TransientError
+from taskq.errors import ArgumentsError, PayloadTooLarge, TransientError, WorkflowTimeout
 from taskq.ids import safe_id
-from taskq.policy import Ack, Cancel, Dead, Decision, Failure, Outcome, Success
-from taskq.records.clock import now_iso, parse_time
+from taskq.records.clock import format_epoch, now_iso, parse_time
 from taskq.records.envelope import Envelope
 from taskq.workflows import store
 from taskq.workflows.end import finish, mark_waiting
@@ -41,11 +40,11 @@ from taskq.workflows.journal import (
 from taskq.workflows.journal import Outcome as CodeOutcome
 from taskq.workflows.replay import Replayer
 from taskq.workflows.state import RunStepState
-from taskq.workflows.wake import Trigger, start_run, trigger
+from taskq.workflows.steps import digest
+from taskq.workflows.wake import SKEW, Trigger, start_run, trigger
 from taskq.workflows.workflow import Workflow
 
 log = logging.getLogger("taskq.worker")
-SKEW = 5.0  # seconds a timer may be taken as fired before its due time (clocks differ)
 CONFLICTS = 20  # rounds lost to a concurrent decision before this one gives up (retried)
 KEPT_RUNS = 1000  # replayers kept per worker process, most recently used first
 
@@ -127,19 +126,23 @@ async def _decide_once(
         KEPT.keep(replayer)
         return True
     try:
-        seq = await store.record_round(client, run_id, round_, replayer.written)
+        recorded = await store.record_round(client, run_id, round_, replayer.written)
     except PayloadTooLarge as exc:  # one command alone is too large: the run cannot go on
         round_ = Event.make("decided", upto=replayer.seen, at=time.time(), commands=[])
         round_.details["end"] = {"state": "failed", "error": _error(exc)}
         seq = await store.append_after(client, run_id, round_, replayer.written)
-    if seq is None:
+        recorded = None if seq is None else store.Recorded(seq, [])
+    if recorded is None:
         replayer.close()  # another decision recorded first: start over from the journal
         return False
-    replayer.recorded.extend(round_.details["commands"])
-    replayer.written = seq
-    replayer.own.add(seq)
+    replayer.recorded.extend(recorded.commands)
+    replayer.written = recorded.seq
+    replayer.own.add(recorded.seq)
     replayer.finished = "end" in round_.details
-    await _carry_out(client, definition, run_id, round_, replayer, redelivered or retrying)
+    commands = recorded.commands
+    if redelivered or retrying:  # the crash may have come before earlier rounds' were sent
+        commands = [c for c in replayer.recorded if replayer.outcome(c) is None]
+    await _carry_out(client, definition, run_id, round_, replayer, commands)
     KEPT.keep(replayer)  # the next decision here replays only what is new
     return True
 
@@ -163,8 +166,21 @@ async def _load(
         if replayer is None:
             return None, events
         replayer.retries = retries
+        replayer.timeout = definition.timeout
+        replayer.deadline = _deadline(definition, events)
     replayer.written = max([replayer.written, *(e.seq for e in raw if e.writer == "w")])
     return replayer, events
+
+
+def _deadline(definition: Definition, events: list[Event]) -> float | None:
+    """When the run times out: its workflow's timeout after its start or its last retry."""
+    if not definition.timeout:
+        return None
+    began = [e.details.get("at") for e in events if e.kind in ("start", "retry")]
+    try:
+        return parse_time(str(began[-1])).timestamp() + definition.timeout
+    except (IndexError, ValueError):  # a start without its time: counted from now
+        return time.time() + definition.timeout
 
 
 def _retry_pending(events: list[Event]) -> bool:
@@ -210,10 +226,19 @@ def _round(replayer: Replayer, force: bool = False) -> Event | None:
     """This decision's round: the commands made beyond the journal and the run's end (a
     visible cancel ends it cancelled); None when there is nothing to record."""
     cancelled = any(e.kind == "cancel" for e in replayer.visible)
-    made = [] if cancelled else replayer.decide()
+    late = replayer.deadline is not None and time.time() >= replayer.deadline
+    made = [] if cancelled or late else replayer.decide()
     end = _end(replayer, cancelled)
-    if len(replayer.visible) + len(replayer.made) > MAX_EVENTS and end is None:
-        end = {"state": "failed", "error": _error(store.JournalFull(replayer.run_id, MAX_EVENTS))}
+    if end is None and late:
+        timeout = WorkflowTimeout(replayer.run_id, replayer.timeout or 0.0)
+        end = {"state": "failed", "error": _error(timeout)}
+    events = len(replayer.visible) + len(replayer.made)
+    if end is None and _full(replayer, events):  # its commands are not recorded: it holds
+        made = []
+        end = {
+            "state": "failed",
+            "error": _error(store.JournalFull(replayer.run_id, events, MAX_EVENTS)),
+        }
     if not made and end is None and not force:
         return None
     details: dict[str, Any] = {
@@ -224,6 +249,20 @@ def _round(replayer: Replayer, force: bool = False) -> Event | None:
     if end is not None:
         details["end"] = end
     return Event.make("decided", **details)
+
+
+def _full(replayer: Replayer, events: int) -> bool:
+    """Whether this round would take the run's journal past its limit; warns once at 80%."""
+    if events > 0.8 * MAX_EVENTS and not replayer.warned:
+        replayer.warned = True
+        log.warning(
+            "workflow run %s has %d journal events, the limit is %d: past it the run fails "
+            "with JournalFull (split the work into child workflows or wf.map)",
+            replayer.run_id,
+            events,
+            MAX_EVENTS,
+        )
+    return events > MAX_EVENTS
 
 
 def _end(replayer: Replayer, cancelled: bool) -> dict[str, Any] | None:
@@ -250,21 +289,22 @@ async def _carry_out(
     run_id: str,
     round_: Event,
     replayer: Replayer,
-    redelivered: bool,
+    commands: list[Event],
 ) -> None:
-    """Publish the round's steps and timers (and, for a redelivered decision, those of any
-    recent round still unresolved: the crash may have come before they were sent)."""
+    """Publish the round's steps and timers (`commands`: for a redelivered decision, those
+    of any recent round still unresolved too), then the run's end or its waiting state."""
     here = RunStepState(id=run_id, n=0, workflow=definition.name, queue=definition.queue)
-    commands: list[Event] = list(round_.details["commands"])
-    if redelivered:
-        commands = [c for c in replayer.recorded if replayer.outcome(c) is None]
     for command in commands:
         await _command(client, here, command, replayer.retries)
     end = round_.details.get("end")
     if end is not None:
         await finish(client, definition, run_id, end, replayer)
-    else:
-        await mark_waiting(client, definition, run_id, replayer)
+        return
+    if replayer.deadline is not None and not replayer.deadline_set:
+        eta = format_epoch(replayer.deadline)  # a decision then ends the run if it is still going
+        await trigger(client, here, Trigger(f"deadline{replayer.retries}", eta))
+        replayer.deadline_set = True
+    await mark_waiting(client, definition, run_id, replayer)
 
 
 async def _command(client: Client, here: RunStepState, command: Event, retries: int) -> None:
@@ -276,53 +316,13 @@ async def _command(client: Client, here: RunStepState, command: Event, retries: 
             args=list(details.get("args", [])),
             kwargs=dict(details.get("kwargs", {})),
             enqueued_at=now_iso(),
-            workflow=here.model_copy(update={"n": n}),
+            workflow=here.model_copy(update={"n": n, "at": command.seq}),
         )
-        await client.publish_envelope(step, str(details["queue"]))
+        called = digest(step.task, step.args, step.kwargs)
+        await client.publish_envelope(step, str(details["queue"]), msg_id=f"{step.id}.{called}")
     elif command.kind in ("sleep", "wait") and details.get("until"):
         why = f"t{n}" + (f"r{retries}" if retries else "")  # a retried run's timers anew
         await trigger(client, here, Trigger(why, str(details["until"]), n))
     elif command.kind == "child":
         parent = here.model_copy(update={"n": n})
         await start_run(client, child_id(here.id, n, retries), details, parent)
-
-
-async def step_ended(
-    client: Client, envelope: Envelope, decision: Decision, outcome: Outcome | None
-) -> None:
-    """A step of a run settled for good (before its ack): its outcome into the run's
-    journal, then the run's next decision (both deduplicated: a redelivered step repeats
-    nothing)."""
-    run = envelope.workflow
-    if not isinstance(run, RunStepState):
-        return
-    event = _step_event(envelope, decision, outcome)
-    if event is None:
-        return  # a retry: the step is not over
-    await store.ensure_workflows(client)
-    seq = await store.append(client, run.id, event, f"{safe_id(envelope.id)}.done")
-    await trigger(client, run, Trigger(f"s{seq}"))  # once per outcome (a retry's too)
-    log.debug("step %s of run %s ended (journal %d)", run.n, run.id, seq)
-
-
-def _step_event(envelope: Envelope, decision: Decision, outcome: Outcome | None) -> Event | None:
-    run = envelope.workflow
-    assert isinstance(run, RunStepState)
-    if isinstance(decision, Ack):
-        value = outcome.value if isinstance(outcome, Success) else None
-        return Event.make("done", run.n, id=envelope.id, ok=True, value=value)
-    if isinstance(decision, Cancel | Dead):
-        error = outcome.error if isinstance(outcome, Failure) else None
-        reason = decision.reason if isinstance(decision, Dead) else "cancelled"
-        state = "dead" if isinstance(decision, Dead) else "cancelled"
-        info = {
-            "type": type(error).__name__
-            if error
-            else ("TaskCancelled" if state == "cancelled" else ""),
-            "message": str(error) if error else getattr(decision, "detail", ""),
-            "traceback": outcome.traceback if isinstance(outcome, Failure) else "",
-        }
-        return Event.make(
-            "done", run.n, id=envelope.id, ok=False, state=state, reason=reason, error=info
-        )
-    return None

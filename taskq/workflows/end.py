@@ -6,18 +6,20 @@ and the cancelling of what it left running."""
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from taskq.client import Client
 from taskq.ids import safe_id
 from taskq.records.cancels import request as request_cancel
+from taskq.records.clock import format_epoch, parse_time
 from taskq.records.results import ResultRecord
 from taskq.records.results import store as store_result
 from taskq.workflows import store
 from taskq.workflows.journal import Definition, Event, child_id, retried, step_id
 from taskq.workflows.replay import Replayer
 from taskq.workflows.state import RunStepState
-from taskq.workflows.wake import Trigger, trigger
+from taskq.workflows.wake import SKEW, Trigger, trigger
 
 log = logging.getLogger("taskq.worker")
 WAITED = frozenset({"run", "child", "sleep", "wait"})  # commands a run waits on
@@ -70,12 +72,29 @@ async def finish(
     await store_result(client, run_id, record)
     await _cancel_unfinished(client, run_id, replayer)
     await _wake_parent(client, run_id, state, end)
+    here = RunStepState(id=run_id, n=0, workflow=definition.name, queue=definition.queue)
+    expires = format_epoch(time.time() + client.settings.results_ttl)
+    await trigger(client, here, Trigger(f"x{replayer.retries}", expires, expire=True))
+
+
+async def expire_run(client: Client, run_id: str) -> None:
+    """Remove an ended run's journal and summary once it ended `results_ttl` ago (its result
+    record expires with the results bucket). A run retried since, or asked to expire early
+    (a producer may publish the decision message), is left alone."""
+    summary = await store.load_summary(client, run_id)
+    if summary is None or summary.state not in store.FINAL or not summary.updated_at:
+        return
+    ended = parse_time(summary.updated_at).timestamp()
+    if ended + client.settings.results_ttl > time.time() + SKEW:
+        return
+    await store.forget(client, run_id)
+    log.info("workflow run %s expired (ended %s)", run_id, summary.updated_at)
 
 
 async def _cancel_unfinished(client: Client, run_id: str, replayer: Replayer) -> None:
     """Steps still running are cancelled (the durable request every worker follows), and
     children still running are sent a cancel of their own."""
-    for command in replayer.made:
+    for command in replayer.recorded:  # made and published (a refused round's are not)
         if replayer.outcome(command) is not None:
             continue
         if command.kind == "run":

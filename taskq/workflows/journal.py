@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from taskq.arguments import ArgsValidator
 from taskq.errors import DecodeError, TaskCancelled, TaskFailed
+from taskq.topology.specs import JOURNAL_EVENT_BYTES, JOURNAL_EVENTS
 
 # the events whose arrival can unblock the code (the rest are the code's own record)
 RESOLVING = frozenset({"done", "fired", "signal", "cancel"})
@@ -37,8 +38,9 @@ WRITERS = {
     "done": "w",
     "fired": "w",
 }
-MAX_EVENTS = 20_000  # events in one run's journal, at most (docs/workflows.md)
-MAX_EVENT_BYTES = 256 * 1024  # one event's JSON, at most (a step's result included)
+# events in one run's journal, and one event's JSON (a step's result included), at most
+# (docs/workflows.md; the stream's own bounds are set beside them)
+MAX_EVENTS, MAX_EVENT_BYTES = JOURNAL_EVENTS, JOURNAL_EVENT_BYTES
 
 
 class Definition(Protocol):
@@ -48,6 +50,7 @@ class Definition(Protocol):
     queue: str
     fn: Callable[..., Any]
     validator: ArgsValidator
+    timeout: float | None  # seconds a run may take from its start (or retry), at most
 
 
 @dataclass(frozen=True)

@@ -125,6 +125,10 @@ class Replayer:
     settled: int = 0  # commands before this one all have their outcome (end.mark_waiting)
     started_at: str = ""  # when the run started, and its parent run (for its summary)
     parent: str | None = None
+    timeout: float | None = None  # the workflow's timeout in seconds (None: none)...
+    deadline: float | None = None  # ...as the time.time() the run times out
+    deadline_set: bool = False  # its wake-up at the deadline is published
+    warned: bool = False  # its journal's size was warned about (80% of the limit)
 
     # -- what the code's `wf` calls ----------------------------------------------------------
     def issue(self, kind: str, **details: Any) -> Event:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Protocol
 
 from taskq.arguments import ArgsValidator
@@ -16,6 +17,7 @@ from taskq.ids import new_id
 from taskq.records.results import wait
 from taskq.workflows import store
 from taskq.workflows.decide import Attempt, decide
+from taskq.workflows.end import expire_run
 from taskq.workflows.state import RunStepState
 from taskq.workflows.views import cancel_run, retry_run, send_signal
 from taskq.workflows.wake import start_run
@@ -41,18 +43,24 @@ DECISION_ACK_WAIT = 5.0
 class WorkflowDef:
     """A declared durable workflow: its name, queue and code."""
 
-    def __init__(self, app: AppLike, fn: WorkflowFn, name: str, queue: str) -> None:
+    def __init__(
+        self, app: AppLike, fn: WorkflowFn, name: str, queue: str, timeout: float | None = None
+    ) -> None:
         self.app = app
         self.fn = fn
         self.name = name
         self.queue = queue
+        self.timeout = timeout  # seconds a run may take from its start (or retry)
         self.validator = ArgsValidator(fn, name, skip_first=1)  # `wf` comes first
         definition = self
 
-        async def decision(run: str, fired: int = -1) -> None:
+        async def decision(run: str, fired: int = -1, expire: bool = False) -> None:
             from taskq.context import current
 
             client = await app.client()
+            if expire:  # the run ended `results_ttl` ago (checked: anyone may ask)
+                await expire_run(client, run)
+                return
             ctx = current()
             await decide(client, definition, run, fired, Attempt(ctx.id, ctx.attempt))
 
@@ -148,10 +156,26 @@ class WorkflowRun:
         return "running" if self.workflow else "unknown"
 
 
-def register_workflow(app: AppLike, fn: WorkflowFn, name: str | None, queue: str) -> WorkflowDef:
-    definition = WorkflowDef(app, fn, name or fn.__name__, queue)
+def register_workflow(app: AppLike, fn: WorkflowFn, queue: str, **options: Any) -> WorkflowDef:
+    """`@app.workflow`: its options are `name` and `timeout` (ConfigError for any other)."""
+    unknown = sorted(set(options) - {"name", "timeout"})
+    if unknown:
+        raise ConfigError(f"@app.workflow takes name, queue and timeout, not {', '.join(unknown)}")
+    name = options.get("name") or fn.__name__
+    definition = WorkflowDef(app, fn, name, queue, _seconds(options.get("timeout")))
     app.workflows[definition.name] = definition
     return definition
+
+
+def _seconds(timeout: Any) -> float | None:
+    """A workflow's `timeout`: seconds (int or float) or a timedelta, above zero; or None."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, timedelta):
+        timeout = timeout.total_seconds()
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+        raise ConfigError(f"a workflow's timeout is seconds or a timedelta above 0: {timeout!r}")
+    return float(timeout)
 
 
 def _here(definition: WorkflowDef, run_id: str) -> RunStepState:

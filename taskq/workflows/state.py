@@ -105,6 +105,9 @@ class RunStepState(BaseModel):
     n: Count  # the step's command number in the run
     workflow: TaskName  # the workflow, whose decisions run as this task...
     queue: QueueName  # ...on this queue
+    # the journal message (its round, or a chunk of it) that holds command `n`: a worker
+    # checks the step against it before running it (taskq.workflows.steps)
+    at: Annotated[int, Field(ge=0)] = 0
 
 
 WorkflowState = Annotated[

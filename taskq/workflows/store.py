@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -28,11 +29,12 @@ SUMMARY_TRIES = 20
 class JournalFull(TaskqError):
     """A run's journal reached its limit (`MAX_EVENTS` events): the run fails with this."""
 
-    def __init__(self, run_id: str, events: int) -> None:
+    def __init__(self, run_id: str, events: int, limit: int = MAX_EVENTS) -> None:
         self.run_id = run_id
         self.events = events
+        self.limit = limit
         super().__init__(
-            f"workflow run {run_id} has {events} journal events, the limit is {MAX_EVENTS}: "
+            f"workflow run {run_id} would have {events} journal events, the limit is {limit}: "
             "split the work into child workflows (wf.child) or batch steps (wf.map)"
         )
 
@@ -74,7 +76,7 @@ async def read(client: Client, run_id: str, after: int = 0) -> list[Event]:
         batch = await messages.batch(names.workflows_stream, seq, 1000, subject)
         for stored in batch:
             try:
-                found.append(_decoded(stored.data, stored.seq, stored.subject))
+                found.append(decoded(stored.data, stored.seq, stored.subject))
             except DecodeError as exc:
                 log.warning("workflow run %s: %s (left out)", run_id, exc)
         if len(batch) < 1000 or len(found) > MAX_EVENTS:
@@ -82,7 +84,7 @@ async def read(client: Client, run_id: str, after: int = 0) -> list[Event]:
         seq = batch[-1].seq + 1
 
 
-def _decoded(data: bytes, seq: int, subject: str) -> Event:
+def decoded(data: bytes, seq: int, subject: str) -> Event:
     try:
         value = json.loads(data)
     except (ValueError, UnicodeDecodeError):
@@ -110,20 +112,35 @@ async def append_after(client: Client, run_id: str, event: Event, last_seq: int)
     return await client.connection.records.replace(subject, encoded(event), last_seq)
 
 
-async def record_round(client: Client, run_id: str, round_: Event, last_seq: int) -> int | None:
+@dataclass(frozen=True)
+class Recorded:
+    """A round as stored: its sequence, and its commands, each with the sequence of the
+    message holding it (the round's, or a chunk's): where a worker checks a step."""
+
+    seq: int
+    commands: list[Event]
+
+
+async def record_round(
+    client: Client, run_id: str, round_: Event, last_seq: int
+) -> Recorded | None:
     """Append a decision's round after the workers' event `last_seq` (compare-and-set);
     None when another came first. A round too large for one message stores its commands
     in chunks first, the round naming them: it is recorded, whole, only when its own
     message is (PayloadTooLarge: one command alone is over the limit)."""
     commands: list[Event] = round_.details.get("commands", [])
     if _size(round_) <= MAX_EVENT_BYTES:
-        return await append_after(client, run_id, round_, last_seq)
+        seq = await append_after(client, run_id, round_, last_seq)
+        return None if seq is None else Recorded(seq, [replace(c, seq=seq) for c in commands])
+    located: list[Event] = []
     chunks: list[int] = []
     for part in _parts(commands):
         chunk = Event.make("chunk", commands=part)
         chunks.append(await append(client, run_id, chunk, f"{safe_id(run_id)}.{new_id()}"))
+        located.extend(replace(c, seq=chunks[-1]) for c in part)
     head = Event.make("decided", **{**round_.details, "commands": [], "chunks": chunks})
-    return await append_after(client, run_id, head, last_seq)
+    seq = await append_after(client, run_id, head, last_seq)
+    return None if seq is None else Recorded(seq, located)
 
 
 def _parts(commands: list[Event]) -> list[list[Event]]:
@@ -168,6 +185,13 @@ async def update_summary(
         if await client.connection.records.replace(f"$KV.{bucket}.{key}", body, revision):
             return
     raise TransientError(f"the summary of workflow run {run_id} kept changing")
+
+
+async def forget(client: Client, run_id: str) -> None:
+    """Remove the run's journal (every subject of it) and its summary, leaving no marker."""
+    names, messages, key = client.names, client.connection.messages, safe_id(run_id)
+    await messages.purge(names.workflows_stream, names.journal_subject(key, "*"))
+    await messages.purge(f"KV_{names.runs_bucket}", f"$KV.{names.runs_bucket}.{key}")
 
 
 async def load_summary(client: Client, run_id: str) -> RunSummary | None:

@@ -13,6 +13,8 @@ from taskq.records.envelope import Envelope
 from taskq.workflows.journal import Event
 from taskq.workflows.state import RunStepState
 
+SKEW = 5.0  # seconds a timer may be taken as due before its time (clocks differ)
+
 
 @dataclass(frozen=True)
 class Trigger:
@@ -21,6 +23,7 @@ class Trigger:
     why: str
     eta: str | None = None
     fired: int = -1  # a timer of this command fired (appended by the decision)
+    expire: bool = False  # the run ended `results_ttl` ago: its journal and summary go
 
 
 async def trigger(client: Client, run: RunStepState, cause: Trigger) -> None:
@@ -29,11 +32,17 @@ async def trigger(client: Client, run: RunStepState, cause: Trigger) -> None:
         id=f"{run.id}.d{cause.why}",
         task=run.workflow,
         args=[run.id],
-        kwargs={"fired": cause.fired} if cause.fired >= 0 else {},
+        kwargs=_kwargs(cause),
         enqueued_at=now_iso(),
         eta=cause.eta,
     )
     await client.publish_envelope(envelope, run.queue)
+
+
+def _kwargs(cause: Trigger) -> dict[str, Any]:
+    if cause.expire:
+        return {"expire": True}
+    return {"fired": cause.fired} if cause.fired >= 0 else {}
 
 
 async def start_run(

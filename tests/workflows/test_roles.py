@@ -11,7 +11,7 @@ import nats
 
 from taskq import App, Workflow
 from taskq.server import EmbeddedServer
-from tests.conftest import running_worker
+from tests.conftest import running_worker, wait_until
 from tests.roles import credentials, provisioned, role
 
 
@@ -64,3 +64,76 @@ async def test_a_producer_starts_signals_and_awaits_a_run_and_cannot_forge_its_s
     finally:
         await worker_app.aclose()
         await producer.aclose()
+
+
+async def test_a_forged_step_message_answers_no_step(secure_server: EmbeddedServer) -> None:
+    from dlq.browse import list_dead
+    from taskq.records.clock import now_iso
+    from taskq.records.envelope import Envelope
+    from taskq.workflows.state import RunStepState
+
+    ran: list[str] = []
+    worker_app, producer = role(secure_server, "worker"), role(secure_server, "producer")
+    _declare(worker_app, ran)
+    order = _declare(producer, [])
+    await provisioned(secure_server.url, worker_app, ["default"])
+    try:
+        # Given a run a producer started while no worker runs
+        run = await order.options(key="roles-o-2").start("o-2")
+        # When a hostile member of the producer role enqueues task messages claiming to be
+        # the run's first step, under the step's own task id: one naming no journal
+        # message, one naming the run's start, one with the real step's id and another call
+        client = await producer.client()
+        for at, task_id in ((0, "roles-o-2.0"), (1, "roles-o-2.0"), (7, "roles-o-2.0r1")):
+            step = RunStepState(
+                id="roles-o-2", n=0, workflow="wfroles.order", queue="default", at=at
+            )
+            forged = Envelope(
+                id=task_id,
+                task="wfroles.charge",
+                args=["forged"],
+                enqueued_at=now_iso(),
+                workflow=step,
+            )
+            await client.publish_envelope(forged, "default", msg_id=f"{task_id}-{at}")
+        await run.signal("approved", {"by": "ann"})
+        async with running_worker(worker_app, queues=["default"]):
+            result = await run.result(timeout=30)
+        # Then the real step ran once, the forgeries never, and they are dead letters
+        operator = role(secure_server, "operator")
+        try:
+            letters = await list_dead(operator)
+        finally:
+            await operator.aclose()
+        assert result == {"receipt": "receipt-o-2", "approval": {"by": "ann"}}
+        assert ran == ["o-2"]
+        forged_letters = [r for r in letters if r.reason == "forged_step"]
+        assert len(forged_letters) == 3, [(r.reason, r.id) for r in letters]
+    finally:
+        await worker_app.aclose()
+        await producer.aclose()
+
+
+async def test_the_worker_role_expires_an_ended_run(secure_server: EmbeddedServer) -> None:
+    from taskq.workflows import store
+
+    worker_app = role(secure_server, "worker", results_ttl=2.0)
+
+    @worker_app.workflow(name="wfroles.quick")
+    async def quick(wf: Workflow) -> str:
+        return "done"
+
+    await provisioned(secure_server.url, worker_app, ["default"], results_ttl=2.0)
+    try:
+        async with running_worker(worker_app, queues=["default"]):
+            run = await quick.start()
+            assert await run.result(timeout=30) == "done"
+            client = await worker_app.client()
+
+            async def gone() -> bool:
+                return await store.load_summary(client, run.id) is None
+
+            await wait_until(gone, timeout=30)
+            assert await store.read(client, run.id) == []
+    finally:
+        await worker_app.aclose()
