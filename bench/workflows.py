@@ -9,8 +9,9 @@ Prints and writes bench/results/workflows.md:
   N/4 and N/2 (time grows linearly with steps if the per-step time stays flat), and a
   step's overhead end to end (workflow time per step minus chain time per task);
 - `wf.gather` of M no-op steps: time, fan-in once, the worker's RSS growth;
-- S runs sleeping at once: the worker's RSS before and while they sleep (flat: no slot or
-  task held per sleeping run), and how late the last of them woke after its timer.
+- S runs sleeping at once (started 100 at a time, each sleeping the same time): the worker's
+  RSS before, while they sleep and after (flat: no slot or task held per sleeping run), the
+  tasks it held while they slept, and how late each woke after its own timer (p50/p99/max).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import asyncio
 import resource
 import tempfile
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -58,8 +60,9 @@ def _app(url: str) -> tuple[App, Any, Any, Any, Any]:
 
     @app.workflow
     async def nap(wf: Workflow, seconds: float) -> float:
+        due = wf.now().timestamp() + seconds  # the timer's due time, as journaled
         await wf.sleep(timedelta(seconds=seconds))
-        return time.time()
+        return time.time() - due  # how late this run woke (its decision ran)
 
     return app, noop, sequential, fan, nap
 
@@ -94,18 +97,48 @@ async def _gather(url: str, steps: int) -> tuple[float, float]:
     return took, grew
 
 
-async def _sleepers(url: str, runs: int, seconds: float) -> tuple[float, float, float]:
-    """The worker's RSS before and while `runs` runs sleep, and how late the last woke."""
+@dataclass
+class Sleepers:
+    """What `runs` runs sleeping at once cost the worker, and how late they woke."""
+
+    rss_before: float  # the worker process's peak RSS, MB, before the runs start...
+    rss_asleep: float  # ...once all sleep, and once all woke
+    rss_after: float
+    held: int  # tasks the worker held while they all slept (slots taken)
+    late: list[float]  # each run's wake time minus its timer's due time, s, sorted
+    started_in: float  # seconds to start them all
+    woke_in: float  # seconds from the first wake to the last
+
+
+async def _sleepers(url: str, runs: int, seconds: float) -> Sleepers:
+    """Start `runs` runs that each sleep `seconds`, 100 starts at a time."""
     app, _, _, _, nap = _app(url)
-    async with _worker(app):
+    async with _worker(app) as worker:
         before = _rss_mb()
-        due = time.time() + seconds
-        started = [await nap.start(seconds) for _ in range(runs)]
-        asleep = _rss_mb()
-        woke = [await run.result(timeout=3600) for run in started]
-        late = max(woke) - due
+        began = time.perf_counter()
+        started: list[Any] = []
+        for first in range(0, runs, 100):
+            batch = range(first, min(first + 100, runs))
+            started += await asyncio.gather(*(nap.start(seconds) for _ in batch))
+        started_in = time.perf_counter() - began
+        await _all_asleep(started)
+        asleep, held = _rss_mb(), len(worker._running)  # tasks it handles now
+        late = sorted(await asyncio.gather(*(run.result(timeout=3600) for run in started)))
+        woke_in = time.perf_counter() - began - seconds
     await app.aclose()
-    return before, asleep, late
+    return Sleepers(before, asleep, _rss_mb(), held, late, started_in, woke_in)
+
+
+async def _all_asleep(runs: list[Any]) -> None:
+    """Wait until every run's first decision recorded its sleep (its summary says so)."""
+    awake = list(runs)
+    for _ in range(600):
+        states = await asyncio.gather(*(run.status() for run in awake))
+        done = ("sleeping", "succeeded")
+        awake = [run for run, state in zip(awake, states, strict=True) if state not in done]
+        if not awake:
+            return
+        await asyncio.sleep(0.5)
 
 
 class _worker:
@@ -140,10 +173,17 @@ async def measure(url: str, args: argparse.Namespace) -> list[str]:
     lines.append(
         f"| gather of {args.gather} steps: s, worker RSS growth MB | {took:.2f}, {grew:.1f} | | |"
     )
-    before, asleep, late = await _sleepers(url, args.sleepers, args.sleep)
-    asleep_line = f"| {args.sleepers} runs asleep: worker RSS MB before / while"
-    lines.append(f"{asleep_line} | {before:.1f} / {asleep:.1f} | | |")
-    lines.append(f"| the last of them woke after its timer by | {late:.2f} s | | |")
+    slept = await _sleepers(url, args.sleepers, args.sleep)
+    n, late = args.sleepers, slept.late
+    lines += [
+        f"| {n} runs asleep: worker peak RSS MB before / asleep / after waking"
+        f" | {slept.rss_before:.1f} / {slept.rss_asleep:.1f} / {slept.rss_after:.1f} | | |",
+        f"| tasks the worker held while they slept | {slept.held} | | |",
+        f"| {n} starts took s (starts/s) | {slept.started_in:.1f} ({n / slept.started_in:.0f})"
+        " | | |",
+        f"| each woke after its timer by: p50 / p99 / max s | {late[n // 2]:.2f} /"
+        f" {late[int(n * 0.99)]:.2f} / {late[-1]:.2f} | | |",
+    ]
     return lines
 
 
@@ -152,7 +192,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--gather", type=int, default=10_000)
     parser.add_argument("--sleepers", type=int, default=10_000)
-    parser.add_argument("--sleep", type=float, default=30.0)
+    parser.add_argument("--sleep", type=float, default=60.0)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as store, EmbeddedServer(store_dir=store) as server:
         lines = run_async(measure(server.url, args))
