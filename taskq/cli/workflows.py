@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Any
 
 import click
@@ -12,9 +13,12 @@ from taskq.cli.common import Context, parse_json_args, pass_ctx
 from taskq.errors import ArgumentsError
 from taskq.workflows.store import STATES
 from taskq.workflows.views import (
+    LISTED,
+    PAGE,
     RunView,
     cancel_run,
-    list_runs,
+    check_filters,
+    collect_runs,
     retry_run,
     send_signal,
     show_run,
@@ -29,23 +33,46 @@ def workflows() -> None:
 @workflows.command("ls")
 @click.option("--state", type=click.Choice(STATES), help="runs in this state")
 @click.option("--name", metavar="WORKFLOW", help="runs of this workflow")
-@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True)
+@click.option("--limit", type=click.IntRange(1, LISTED), default=PAGE, show_default=True)
+@click.option(
+    "--before", type=click.IntRange(1), metavar="SEQ", help="older than SEQ (a `more:` line's)"
+)
 @click.option("--json", "as_json", is_flag=True, help="an array of objects, for scripts")
 @pass_ctx
-def ls(ctx: Context, state: str | None, name: str | None, limit: int, as_json: bool) -> None:
-    """List runs, newest first."""
-    found = ctx.run(lambda client: list_runs(client, state, name, limit))
+def ls(
+    ctx: Context,
+    state: str | None,
+    name: str | None,
+    limit: int,
+    before: int | None,
+    as_json: bool,
+) -> None:
+    """List runs, most recently changed first."""
+    check_filters(state, name)  # ConfigError: exit 2
+    found, older = ctx.run(lambda client: collect_runs(client, state, name, limit, before))
     if as_json:
-        click.echo(json.dumps([s.to_dict() for s in found], indent=2))
+        click.echo(json.dumps([r.to_dict() for r in found], indent=2))
         return
     if not found:
         click.echo("no workflow runs")
         return
-    click.echo(f"{'STARTED':20}  {'STATE':9}  {'WORKFLOW':20}  {'ID':30}  ERROR")
-    for s in found:
-        started = s.started_at[:19] + "Z" if s.started_at else "-"
+    click.echo(f"{'UPDATED':20}  {'STATE':9}  {'WORKFLOW':20}  {'ID':30}  ERROR")
+    for run in found:
+        s = run.summary
+        updated = s.updated_at[:19] + "Z" if s.updated_at else "-"
         error = (s.error or "")[:60]
-        click.echo(f"{started:20}  {s.state:9}  {s.name[:20]:20}  {s.id[:30]:30}  {error}")
+        click.echo(f"{updated:20}  {s.state:9}  {s.name[:20]:20}  {s.id[:30]:30}  {error}")
+    if older is not None:
+        click.echo(f"more: {_again(state, name, limit, older)}")
+
+
+def _again(state: str | None, name: str | None, limit: int, before: int) -> str:
+    """The command that lists the next older runs."""
+    words = ["taskq", "workflows", "ls"]
+    for flag, value in (("--state", state), ("--name", name)):
+        if value:
+            words += [flag, value]
+    return shlex.join([*words, "--limit", str(limit), "--before", str(before)])
 
 
 @workflows.command("show")

@@ -14,7 +14,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from taskq.client import Client
-from taskq.dashboard import dead, overview, queues, schedules, tasks
+from taskq.dashboard import dead, overview, queues, runs, schedules, tasks
 from taskq.dashboard.config import DashboardConfig, DashboardError
 from taskq.dashboard.gate import Gate, login, login_form, refuse
 from taskq.dashboard.render import API, environment
@@ -35,7 +35,8 @@ PAGES = (
     ("/tasks", tasks.task_list),
     ("/queues/{queue}", queues.queue_page),
     ("/tasks/{task_id:path}", tasks.task_page),
-    ("/workflows/{flow_id:path}", tasks.workflow_page),
+    ("/workflows", runs.runs_list),
+    ("/workflows/{flow_id:path}", runs.workflow_page),
     ("/dlq", dead.dlq_page),
     ("/dlq/{seq:int}", dead.record_page),
     ("/schedules", schedules.schedules_page),
@@ -51,11 +52,15 @@ ACTIONS = (
     ("/dlq/{seq:int}/requeue", dead.requeue_one),
     ("/dlq/{seq:int}/purge", dead.purge_one),
     ("/schedules/remove", schedules.remove_schedule),
+    ("/workflows/{run_id:path}/signal", runs.signal),
+    ("/workflows/{run_id:path}/cancel", runs.cancel),
+    ("/workflows/{run_id:path}/retry", runs.retry),
 )
 
 
 def routes() -> list[BaseRoute]:
-    """Every route; actions first, so that `/tasks/<id>/cancel` is never read as an id."""
+    """Every route; actions first, so that `/tasks/<id>/cancel` (or
+    `/workflows/<id>/signal`) is never read as an id."""
     twins: list[BaseRoute] = [Route(p, h, methods=["POST"]) for p, h in ACTIONS]
     twins += [Route(p, h, methods=["GET"]) for p, h in PAGES]
     return [
@@ -63,6 +68,7 @@ def routes() -> list[BaseRoute]:
         Route("/go", overview.go, methods=["GET"]),
         Route("/events/queues", overview.queue_stream, methods=["GET"]),
         Route("/events/tasks/{task_id:path}", tasks.task_stream, methods=["GET"]),
+        Route("/events/workflows/{run_id:path}", runs.run_stream, methods=["GET"]),
         Route("/login", login_form, methods=["GET"]),
         Route("/login", login, methods=["POST"]),
         Mount("/static", StaticFiles(packages=[("taskq.dashboard", "static")]), name="static"),

@@ -1,5 +1,6 @@
 """Live parts of pages, as server-sent events: the queues' counts and rates with the
-workers (overview, queue page), and a task's state and progress (task page).
+workers (overview, queue page), a task's state and progress (task page), and a durable
+workflow run's state and journal (run page).
 
 Each stream reads the server on its own, as often as it sends, and keeps only what it
 needs to tell a change (the last value sent): the dashboard keeps no history. The 15
@@ -25,10 +26,14 @@ from taskq.records.clock import now_iso
 from taskq.records.heartbeats import list_workers, running_on
 from taskq.records.progress import latest
 from taskq.records.results import FINAL, fetch
+from taskq.workflows.store import FINAL as RUN_FINAL
+from taskq.workflows.store import load_summary
+from taskq.workflows.views import journal_last
 
 Event = tuple[str, Any]
 INTERVAL = 2.0  # seconds between two readings of the queues: their rates' interval
 TASK_POLL = 0.5  # seconds between two readings of a task's record and progress
+RUN_POLL = 0.5  # seconds between two readings of a run's summary and journal
 
 
 def event_stream(request: Request, events: AsyncIterator[Event]) -> Response:
@@ -115,6 +120,30 @@ async def task_events(client: Client, task_id: str) -> AsyncIterator[Event]:
                 yield name, value
         beat += 1
         await asyncio.sleep(TASK_POLL)
+
+
+async def run_events(client: Client, run_id: str, shown: tuple[str, int]) -> AsyncIterator[Event]:
+    """`run` events (`state`, `last`: the journal's last sequence, `final`) whenever the
+    run's state or journal differs from what was last shown (`shown`, the page's own at
+    first); the stream ends after the one whose state is final. Two small reads a poll: the
+    summary, and the last message of each journal subject."""
+    sent = {"state": shown[0], "last": shown[1]}
+    while True:
+        try:
+            last = await journal_last(client, run_id)  # first: a later change is seen next
+            summary = await load_summary(client, run_id)
+        except TaskqError as exc:  # the server may come back: say so and go on trying
+            yield "problem", {"error": str(exc)}
+            await asyncio.sleep(INTERVAL)
+            continue
+        now = {"state": summary.state if summary else sent["state"], "last": last}
+        final = now["state"] in RUN_FINAL
+        if now != sent or final:
+            sent = now
+            yield "run", {**now, "final": final}
+        if final:
+            return
+        await asyncio.sleep(RUN_POLL)
 
 
 def queues_of(request: Request) -> list[str] | None:

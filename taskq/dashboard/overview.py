@@ -1,5 +1,5 @@
 """The overview (`/`: every queue and the workers, live), `/workers`, and `/go` (the
-search box: a task or workflow id)."""
+search box: a task, workflow or run id)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from starlette.responses import RedirectResponse, Response
 from taskq.dashboard.live import event_stream, queue_events, queues_of
 from taskq.dashboard.render import respond
 from taskq.dashboard.shared import client_of, url
+from taskq.dashboard.tasks import is_run
 from taskq.operate.queue_stats import snapshot
 from taskq.records.heartbeats import list_workers
 
@@ -49,6 +50,11 @@ async def queue_stream(request: Request) -> Response:
 
 
 async def go(request: Request) -> Response:
-    """The search box: a task id (or a workflow's, which the task page sends on)."""
+    """The search box: a durable workflow run's id goes to its page; any other id to the
+    task page (which sends a chain, group or chord's id on to the workflow's page)."""
     wanted = request.query_params.get("id", "").strip()
-    return RedirectResponse(url("tasks", wanted) if wanted else "/", status_code=303)
+    if not wanted:
+        return RedirectResponse("/", status_code=303)
+    if await is_run(client_of(request), wanted):
+        return RedirectResponse(url("workflows", wanted), status_code=303)
+    return RedirectResponse(url("tasks", wanted), status_code=303)

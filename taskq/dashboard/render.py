@@ -18,7 +18,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from taskq.dashboard.config import DashboardConfig, DashboardError
 from taskq.operate.tracebacks import LINK_TEXT, fold, plural
-from taskq.records.clock import parse_time
+from taskq.records.clock import format_epoch, parse_time
 
 API = "/api"
 # What an action did, shown on the page it redirects to (a code, never text from the URL).
@@ -32,6 +32,9 @@ NOTICES = {
     "cancelling": "Cancelling: its worker is stopping it.",
     "finished": "Nothing to cancel: the task already finished.",
     "removed": "Schedule removed.",
+    "signalled": "Signal sent: the run reads it when it waits for it (kept until then).",
+    "run-cancel": "Cancel requested: the run ends cancelled, with its running steps.",
+    "run-retry": "Retrying: the run resumes from its failed step.",
 }
 
 
@@ -49,6 +52,7 @@ def environment() -> Environment:
         num=number,
         ago=ago,
         clock=clock,
+        epoch=epoch,
         quote=quote_part,
         short=short,
         folded=folded_trace,
@@ -165,6 +169,11 @@ def clock(value: str | None) -> str:
     if not value:
         return "-"
     return parse_time(value).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def epoch(value: float | None) -> str:
+    """Epoch seconds (`time.time()`) as `clock` shows a time; `-` for none."""
+    return clock(format_epoch(value)) if value else "-"
 
 
 def quote_part(value: str) -> str:

@@ -1,12 +1,14 @@
 """`/tasks`: recent tasks, newest first, filtered and paged; `/tasks/<id>`: a task's whole
-story, live while it runs, with cancel and (when dead) requeue; and `/workflows/<id>`: a
-workflow's steps and their states."""
+story, live while it runs, with cancel and (when dead) requeue; and a chain, group or
+chord's steps and their states (`/workflows/<id>` when the id is no durable run's:
+taskq/dashboard/runs.py)."""
 
 from __future__ import annotations
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from taskq.client import Client
 from taskq.dashboard.config import DashboardError
 from taskq.dashboard.forms import cursor, task_fields, task_filters
 from taskq.dashboard.gate import checked_form
@@ -15,11 +17,14 @@ from taskq.dashboard.render import API, done, respond, wants_json
 from taskq.dashboard.shared import client_of, link, param, url
 from taskq.dlq.browse import get_dead
 from taskq.dlq.requeue import requeue
+from taskq.errors import PermissionDenied
+from taskq.ids import safe_id
 from taskq.operate.story import story
 from taskq.operate.task_list import STATES, recent
 from taskq.records.cancels import cancel
 from taskq.records.results import FINAL
 from taskq.topology.partitions import queues_on_server
+from taskq.workflows.store import load_summary
 from taskq.workflows.story import workflow_id_of, workflow_story
 
 LIST_PAGE = 50  # tasks a page of the task list shows
@@ -59,15 +64,27 @@ async def task_page(request: Request) -> Response:
             404, f"no task {task_id!r}: nothing waits, runs or recorded it", see=search
         )
     live = told.state not in FINAL
+    workflow = _workflow_of(told.id, told.workflow)
+    if workflow is None and await is_run(client, task_id):
+        workflow = task_id  # the record a durable run ends with, under the run's id
     return respond(
         request,
         "task.html",
         told.to_dict(),
         title=f"{told.task or 'Task'} {task_id}",
         told=told,
-        workflow=_workflow_of(told.id, told.workflow),
+        workflow=workflow,
         events=url("events", "tasks", task_id) if live else "",
     )
+
+
+async def is_run(client: Client, ref: str) -> bool:
+    """Whether `ref` is a durable workflow run's id (it has a summary). A NATS user that
+    may not read the runs bucket sees none: the page it asked for is shown without them."""
+    try:
+        return await load_summary(client, ref) is not None
+    except PermissionDenied:
+        return False
 
 
 def _workflow_of(task_id: str, final: str | None) -> str | None:
@@ -109,7 +126,13 @@ async def task_stream(request: Request) -> Response:
 async def workflow_page(request: Request) -> Response:
     """A chain, group or chord: every step with its state."""
     ref = param(request, "flow_id")
-    told = await workflow_story(client_of(request), ref)
+    # a chain, group or chord's id is a ULID, plain: any other is none of theirs
+    told = await workflow_story(client_of(request), ref) if safe_id(ref) == ref else None
     if told is None:
-        raise DashboardError(404, f"no workflow {ref!r}: no step of it is known")
+        raise DashboardError(
+            404,
+            f"no workflow {ref!r}: no durable run has this id, and no step of a chain, "
+            "group or chord is known by it",
+            see=("/workflows", "List the workflow runs"),
+        )
     return respond(request, "workflow.html", told.to_dict(), title=f"Workflow {told.id}", flow=told)

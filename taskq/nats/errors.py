@@ -13,8 +13,8 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TypeVar
 
 import nats.errors
 import nats.js.errors
@@ -45,6 +45,7 @@ ACCOUNT_EXCEEDED = 10002  # 400 "resource limits exceeded for account": its max_
 STORE_FAILED = 10077  # with "maximum bytes exceeded": a stream's max_bytes, discard new
 SERVER_STORAGE = "the server's JetStream storage (jetstream max_file_store, or the account's limit)"
 
+T = TypeVar("T")
 _TIMEOUTS = (nats.errors.TimeoutError, asyncio.TimeoutError, TimeoutError)
 _RECONNECTING = (nats.errors.ConnectionReconnectingError,)
 
@@ -101,24 +102,31 @@ class Guard:
             old_style: bool = False,
             headers: dict[str, Any] | None = None,
         ) -> Msg:
-            waiter = asyncio.ensure_future(original(subject, payload, timeout, old_style, headers))
-            quoted = f'"{subject.lower()}"'
-            self._waiting.setdefault(quoted, set()).add(waiter)
-            try:
-                return await waiter
-            except asyncio.CancelledError:
-                if waiter not in self._refused:
-                    raise  # the caller was cancelled
-                raise nats.errors.TimeoutError from None
-            finally:
-                self._refused.discard(waiter)
-                waiters = self._waiting.get(quoted)
-                if waiters is not None:
-                    waiters.discard(waiter)
-                    if not waiters:
-                        del self._waiting[quoted]
+            return await self.refusable(
+                subject, original(subject, payload, timeout, old_style, headers)
+            )
 
         client.request = request  # type: ignore[method-assign]
+
+    async def refusable(self, subject: str, answer: Awaitable[T]) -> T:
+        """Await `answer` to a request published to `subject` (by `answer` itself), ended
+        with a timeout as soon as the server refuses that subject for permissions."""
+        waiter = asyncio.ensure_future(answer)
+        quoted = f'"{subject.lower()}"'
+        self._waiting.setdefault(quoted, set()).add(waiter)
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            if waiter not in self._refused:
+                raise  # the caller was cancelled
+            raise nats.errors.TimeoutError from None
+        finally:
+            self._refused.discard(waiter)
+            waiters = self._waiting.get(quoted)
+            if waiters is not None:
+                waiters.discard(waiter)
+                if not waiters:
+                    del self._waiting[quoted]
 
     def expect(self, subject: str) -> None:
         """A probe is about to try `subject`: a refusal of it is an answer, not a problem."""

@@ -174,14 +174,17 @@ class Messages:
     async def _direct(self, stream: str, request: dict[str, Any]) -> list[StoredMessage]:
         """The messages one batched direct get answers, up to its end-of-batch."""
         replies: asyncio.Queue[Msg] = asyncio.Queue()
+        subject = f"$JS.API.DIRECT.GET.{stream}"
+
+        async def answer() -> list[StoredMessage]:
+            await self._nc.publish(subject, json.dumps(request).encode(), reply=inbox)
+            return await _until_end_of_batch(replies, self._seals)
+
         with self._guard:
             inbox = self._nc.new_inbox()
             sub = await self._nc.subscribe(inbox, cb=replies.put)
-            try:
-                await self._nc.publish(
-                    f"$JS.API.DIRECT.GET.{stream}", json.dumps(request).encode(), reply=inbox
-                )
-                return await _until_end_of_batch(replies, self._seals)
+            try:  # a refused get is told at the server's -ERR, not at its timeout
+                return await self._guard.refusable(subject, answer())
             finally:
                 await sub.unsubscribe()
 

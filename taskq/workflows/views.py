@@ -1,21 +1,31 @@
 """Durable workflow runs as operators see them, from the server alone (no App needed): the
-runs listed by state and name, one run with its steps, timers and signals, and a signal or
-cancel sent to a run by its id (`taskq workflows`, the dashboard, `WorkflowRun`)."""
+runs listed by state and name, one run with its steps, timers and signals, and a signal,
+cancel or retry sent to a run by its id (`taskq workflows`, the dashboard, `WorkflowRun`).
+
+A listing reads the runs bucket (`<PREFIX>_RUNS`, history 1) backwards by stream sequence
+from its cursor, in batched direct gets, within a budget per page, like the task list
+(`taskq.operate.task_list`). A summary is rewritten whenever its run's state changes and the
+bucket keeps only the latest, so the stream's order is the runs' order of last change, and
+every summary read is current."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
 from taskq.client import Client
-from taskq.errors import ConfigError, NotFound
+from taskq.errors import ConfigError, NotFound, PayloadTooLarge
 from taskq.ids import new_id, safe_id
+from taskq.nats import KVEntry
 from taskq.records.clock import now_iso
 from taskq.records.results import ResultRecord, fetch
 from taskq.records.results import store as store_result
+from taskq.topology.names import check_task
 from taskq.workflows import store
 from taskq.workflows.journal import (
     MAX_EVENT_BYTES,
+    WRITERS,
     Event,
     child_id,
     outcome_of,
@@ -26,31 +36,139 @@ from taskq.workflows.state import RunStepState
 from taskq.workflows.wake import Trigger, trigger
 
 Target = tuple[str, str] | None  # a run's (workflow, queue), when the caller knows them
-LISTED = 1000  # runs one listing shows, at most (newest first)
+PAGE = 100  # runs a page lists unless asked for fewer
+LISTED = 1000  # runs one page lists, at most
+WINDOW = 64  # summaries a page's first batch reads; doubled up to MAX_WINDOW
+MAX_WINDOW = 1024
+BUDGET = 5000  # summaries read at most for one page
+RECORDS_AT_ONCE = 64  # steps' result records read concurrently by `show_run`
+
+
+@dataclass(frozen=True)
+class ListedRun:
+    """A run in a listing, and where its summary is in the runs bucket's stream (`seq`:
+    the cursor of the pages below it)."""
+
+    summary: store.RunSummary
+    seq: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.summary.to_dict(), "seq": self.seq}
+
+
+@dataclass(frozen=True)
+class RunPage:
+    """A page of runs, most recently changed first: `older` is the `before=` cursor of the
+    next page (None: none); `scanned` counts the summaries read for it."""
+
+    runs: list[ListedRun]
+    older: int | None
+    scanned: int
+
+    def to_dict(self) -> dict[str, Any]:
+        runs = [r.to_dict() for r in self.runs]
+        return {"runs": runs, "older": self.older, "scanned": self.scanned}
+
+
+def check_filters(state: str | None, name: str | None) -> None:
+    """ConfigError for a state or workflow name that cannot be one."""
+    if state and state not in store.STATES:
+        raise ConfigError(f"a run's state is one of {', '.join(store.STATES)}, not {state!r}")
+    if name:
+        check_task(name)  # a workflow's decisions are a task of its name
+
+
+async def runs_page(
+    client: Client,
+    state: str | None = None,
+    name: str | None = None,
+    *,
+    limit: int = PAGE,
+    before: int | None = None,
+    budget: int = BUDGET,
+) -> RunPage:
+    """Up to `limit` runs (at most LISTED) in `state` of workflow `name` (None: any),
+    most recently changed first, below sequence `before` (None: the newest), reading
+    about `budget` summaries at most: batches backwards from the cursor, doubling."""
+    check_filters(state, name)
+    limit = max(1, min(limit, LISTED))
+    try:
+        await client.connection.kv.allow_direct_reads(client.names.runs_bucket)
+        first, last = await client.connection.kv.span(client.names.runs_bucket)
+    except NotFound:  # no bucket: no run was ever decided under this prefix
+        return RunPage([], None, 0)
+    low, high = max(first, 1), last + 1 if before is None else min(before, last + 1)
+    found: list[ListedRun] = []
+    scanned, window = 0, WINDOW
+    while high > low and len(found) <= limit and scanned < budget:
+        start = max(low, high - window)
+        entries = await _window(client, start, high)
+        scanned += len(entries)
+        found += reversed([run for e in entries if (run := _listed(e, state, name))])
+        high, window = start, min(window * 2, MAX_WINDOW)
+    if len(found) > limit:
+        return RunPage(found[:limit], found[limit - 1].seq, scanned)
+    return RunPage(found, high if high > low else None, scanned)
+
+
+async def _window(client: Client, start: int, end: int) -> list[KVEntry]:
+    """The runs bucket's values with `start <= seq < end`, oldest first (a batch runs on
+    past `end` where older revisions left gaps: what lies beyond is dropped)."""
+    kv, bucket = client.connection.kv, client.names.runs_bucket
+    found: list[KVEntry] = []
+    seq = start
+    while seq < end:
+        got = await kv.window(bucket, seq, min(end - seq, MAX_WINDOW))
+        found += [entry for entry in got if entry.revision < end]
+        if not got or got[-1].revision >= end - 1:
+            return found
+        seq = got[-1].revision + 1
+    return found
+
+
+def _listed(entry: KVEntry, state: str | None, name: str | None) -> ListedRun | None:
+    summary = None if entry.deleted else store.parse_summary(entry.value)
+    if summary is None or (state and summary.state != state) or (name and summary.name != name):
+        return None
+    return ListedRun(summary, entry.revision)
+
+
+async def collect_runs(
+    client: Client,
+    state: str | None = None,
+    name: str | None = None,
+    limit: int = PAGE,
+    before: int | None = None,
+) -> tuple[list[ListedRun], int | None]:
+    """Up to `limit` runs, page after page (each page's read is bounded; this reads on
+    until it has them or the bucket's start), and the `before` cursor of what is older."""
+    found: list[ListedRun] = []
+    limit = max(1, min(limit, LISTED))
+    while True:
+        page = await runs_page(client, state, name, limit=limit - len(found), before=before)
+        found += page.runs
+        before = page.older
+        if before is None or len(found) >= limit:
+            return found, before
 
 
 async def list_runs(
-    client: Client, state: str | None = None, name: str | None = None, limit: int = 100
+    client: Client,
+    state: str | None = None,
+    name: str | None = None,
+    limit: int = PAGE,
+    before: int | None = None,
 ) -> list[store.RunSummary]:
-    """Runs newest first, filtered by `state` and workflow `name`."""
-    if state is not None and state not in store.STATES:
-        raise ConfigError(f"a run's state is one of {', '.join(store.STATES)}, not {state!r}")
-    await store.ensure_workflows(client)
-    found = []
-    for entry in await client.connection.kv.entries(client.names.runs_bucket):
-        summary = store.parse_summary(entry.value)
-        if summary is None or (state and summary.state != state):
-            continue
-        if name and summary.name != name:
-            continue
-        found.append(summary)
-    found.sort(key=lambda s: s.started_at, reverse=True)
-    return found[: min(limit, LISTED)]
+    """`collect_runs`' summaries, without the cursor."""
+    return [run.summary for run in (await collect_runs(client, state, name, limit, before))[0]]
 
 
 @dataclass
 class StepView:
-    """One command of a run, as `taskq workflows show` tells it."""
+    """One command of a run, as `taskq workflows show` tells it: `made_at` when its round
+    was decided (epoch seconds); `until` a timer's due time (a sleep's, a wait's timeout);
+    `started_at`/`ended_at` a step's latest attempt or a child run's (RFC 3339, None when
+    not known)."""
 
     n: int
     kind: str  # run, child, sleep, wait, now, uuid, random, patch
@@ -61,6 +179,9 @@ class StepView:
     result: Any = None
     error: dict[str, Any] | None = None
     attempts: int = 0
+    until: str | None = None
+    started_at: str | None = None
+    ended_at: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -68,11 +189,13 @@ class StepView:
 
 @dataclass
 class RunView:
-    """One run: its summary, its steps in order, and the signals it was sent."""
+    """One run: its summary, its steps in order, and the signals it was sent (`last_seq`:
+    the journal's last event read, which a live page compares with `journal_last`)."""
 
     summary: store.RunSummary
     steps: list[StepView] = field(default_factory=list)
     signals: list[dict[str, Any]] = field(default_factory=list)
+    last_seq: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -83,11 +206,15 @@ class RunView:
 
 
 async def show_run(client: Client, run_id: str) -> RunView:
-    """A run with every step (task id, state, attempts, result or error), timer and signal."""
+    """A run with every step (task id, state, attempts, result or error, times), timer and
+    signal. A run no decision took yet (no summary: no worker ran it so far) is shown from
+    its start event, `running` with no steps; NotFound when neither exists."""
     summary = await store.load_summary(client, run_id)
+    journal = await store.read(client, run_id)
+    summary = summary or _from_start(run_id, journal)
     if summary is None:
         raise NotFound(f"no workflow run {run_id}")
-    events, retries = retried(run_id, await store.read(client, run_id))
+    events, retries = retried(run_id, journal)
     visible = [e for e in events if e.kind in ("done", "fired", "signal", "cancel")]
     made: list[tuple[Event, float]] = [
         (command, float(e.details.get("at", 0.0)))
@@ -96,10 +223,13 @@ async def show_run(client: Client, run_id: str) -> RunView:
         for command in e.details.get("commands", [])
     ]
     commands = [c for c, _ in made]
-    view = RunView(summary)
-    for command, at in made:
-        step = await _step(client, run_id, command, at, visible, commands, retries)
-        view.steps.append(step)
+    ended = {e.n: e for e in visible if e.kind == "done"}
+    view = RunView(summary, last_seq=max((e.seq for e in journal), default=0))
+    view.steps = [_step(run_id, c, at, visible, commands, ended, retries) for c, at in made]
+    for start in range(0, len(view.steps), RECORDS_AT_ONCE):
+        await asyncio.gather(
+            *(_timed(client, s) for s in view.steps[start : start + RECORDS_AT_ONCE])
+        )
     view.signals = [
         {
             "name": e.details.get("name"),
@@ -112,33 +242,80 @@ async def show_run(client: Client, run_id: str) -> RunView:
     return view
 
 
-async def _step(
-    client: Client,
+async def find_summary(client: Client, run_id: str) -> store.RunSummary | None:
+    """The run's summary; for a run no decision took yet, one made from its start event
+    (which needs the right to read journals); None when there is no such run."""
+    summary = await store.load_summary(client, run_id)
+    return summary or _from_start(run_id, await store.read(client, run_id))
+
+
+def _from_start(run_id: str, journal: list[Event]) -> store.RunSummary | None:
+    """A summary of a run no decision took yet, from its start event (None: no run)."""
+    start = journal[0].details if journal and journal[0].kind == "start" else None
+    if start is None:
+        return None
+    parent = start.get("parent")
+    at = str(start.get("at") or "")
+    return store.RunSummary(
+        id=run_id,
+        name=str(start.get("workflow", "")),
+        queue=str(start.get("queue", "")),
+        started_at=at,
+        updated_at=at,
+        parent=str(parent.get("id")) if isinstance(parent, dict) and parent.get("id") else None,
+    )
+
+
+def _step(
     run_id: str,
     command: Event,
     at: float,
     visible: list[Event],
     made: list[Event],
+    ended: dict[int, Event],
     retries: int,
 ) -> StepView:
     details = command.details
     target = str(details.get("task") or details.get("workflow") or details.get("name") or "")
-    done = next((e for e in visible if e.kind == "done" and e.n == command.n), None)
+    done = ended.get(command.n)
     ids = {
         "run": step_id(run_id, command.n, retries),
         "child": child_id(run_id, command.n, retries),
     }
     shown = str(done.details.get("id")) if done is not None else ids.get(command.kind, "")
     view = StepView(command.n, command.kind, target, shown, "pending", at)
+    until = details.get("until")
+    view.until = str(until) if until and command.kind in ("sleep", "wait") else None
     outcome = outcome_of(run_id, command, visible, made)
     if outcome is not None:
         view.state, view.result = _state(command, outcome.value, outcome.error)
         if outcome.error is not None:
             view.error = {"type": type(outcome.error).__name__, "message": str(outcome.error)}
-    if command.kind == "run":
-        record = await fetch(client, shown)
-        view.attempts = record.attempts if record is not None else 0
     return view
+
+
+async def _timed(client: Client, step: StepView) -> None:
+    """A step's attempts and times from its task's record; a child's from its summary."""
+    if step.kind == "run":
+        record = await fetch(client, step.id)
+        if record is not None:
+            step.attempts = record.attempts
+            step.started_at = record.started_at
+            step.ended_at = record.updated_at if record.state != "failed" else None
+    elif step.kind == "child":
+        summary = await store.load_summary(client, step.id)
+        if summary is not None:
+            step.started_at = summary.started_at or None
+            step.ended_at = summary.updated_at if summary.state in store.FINAL else None
+
+
+async def journal_last(client: Client, run_id: str) -> int:
+    """The sequence of the last event stored in the run's journal (0: none): one batched
+    direct get of each journal subject's last message, for telling that a run changed."""
+    names = client.names
+    subjects = [names.journal_subject(safe_id(run_id), w) for w in sorted(set(WRITERS.values()))]
+    last = await client.connection.messages.latest(names.workflows_stream, subjects)
+    return max(last.values(), default=0)
 
 
 def _state(command: Event, value: Any, error: Exception | None) -> tuple[str, Any]:
@@ -160,8 +337,12 @@ async def send_signal(
         raise ConfigError(f"a signal name is 1 to 128 characters, not {str(name)[:80]!r}")
     here = await _here(client, run_id, target)
     event = Event.make("signal", name=name, payload=payload, at=now_iso())
-    if len(store.encoded(event)) > MAX_EVENT_BYTES:
-        raise ConfigError(f"a signal's payload is at most {MAX_EVENT_BYTES} bytes")
+    try:
+        store.encoded(event)
+    except PayloadTooLarge:
+        raise ConfigError(
+            f"a signal's payload is at most {MAX_EVENT_BYTES:,} bytes of JSON"
+        ) from None
     seq = await store.append(client, run_id, event, new_id())
     await trigger(client, here, Trigger(f"g{seq}"))
 

@@ -131,7 +131,7 @@ async def test_a_read_only_dashboard_refuses_every_action(
     assert "Read-only dashboard" in page.body
     for path, _ in ACTIONS:
         concrete = path.replace("{queue}", "mail").replace("{task_id:path}", "t1")
-        concrete = concrete.replace("{seq:int}", "1")
+        concrete = concrete.replace("{seq:int}", "1").replace("{run_id:path}", "r1")
         reply = await board.http.post(concrete, {"confirm": "yes", "queue": "mail", "name": "x"})
         assert reply.status == 403, (path, reply.status)
         assert "read-only" in reply.body

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
+from taskq import App
+from taskq.workflows import store
+from taskq.workflows.views import runs_page
 from tests.apps import orders
 from tests.conftest import cli, running_worker, wait_until
 
@@ -37,6 +41,7 @@ async def test_start_list_show_and_signal_a_run_from_the_command_line(
         await wait_until(waiting, timeout=30)
         listed = await cli(nats_url, prefix, "workflows", "ls", "--state", "waiting", "--json")
         assert [r["id"] for r in json.loads(listed.stdout)] == ["o-5"]
+        assert json.loads(listed.stdout)[0]["seq"] >= 1  # its place: the pages' cursor
         shown = await cli(nats_url, prefix, "workflows", "show", "o-5", "--json")
         steps = json.loads(shown.stdout)["steps"]
         assert [(s["kind"], s["target"], s["state"]) for s in steps] == [
@@ -76,3 +81,23 @@ async def test_retry_of_a_run_that_did_not_fail_is_refused_with_exit_2(
     gone = await cli(nats_url, prefix, "workflows", "retry", "no-such-run")
     assert gone.returncode == 1 and "no workflow run no-such-run" in gone.stderr
     await orders.app.aclose()
+
+
+async def test_ls_pages_with_a_more_line_and_before(nats_url: str, prefix: str) -> None:
+    app = App(url=nats_url, prefix=prefix)
+    client = await app.client()
+    await store.ensure_workflows(client)
+    for n in range(3):
+        await store.update_summary(
+            client, f"r{n}", lambda _, n=n: store.RunSummary(id=f"r{n}", name="order", queue="q")
+        )
+    cursor = (await runs_page(client, limit=2)).older
+    await app.aclose()
+    first, rest = await asyncio.gather(
+        cli(nats_url, prefix, "workflows", "ls", "--limit", "2"),
+        cli(nats_url, prefix, "workflows", "ls", "--before", str(cursor), "--json"),
+    )
+    lines = first.stdout.splitlines()
+    assert [line.split()[3] for line in lines[1:3]] == ["r2", "r1"]
+    assert lines[3] == f"more: taskq workflows ls --limit 2 --before {cursor}"
+    assert [r["id"] for r in json.loads(rest.stdout)] == ["r0"]

@@ -152,10 +152,14 @@
     }
   }
 
-  // A queue or a worker came or went: fetch this page again and swap its live sections.
+  // A queue or a worker came or went, or a run changed: fetch this page again and swap its
+  // live sections. A refresh asked for while one is under way follows it (the later state
+  // is the one shown). A section marked `data-keep` (a form being filled in) is swapped
+  // only for one that is not: when what it acts on is gone.
   var refreshing = false;
+  var again = false;
   function refresh() {
-    if (refreshing) return;
+    if (refreshing) { again = true; return; }
     refreshing = true;
     fetch(location.href, { headers: { Accept: "text/html" }, credentials: "same-origin" })
       .then(function (r) { return r.text(); })
@@ -164,11 +168,15 @@
         document.querySelectorAll("[data-section]").forEach(function (section) {
           var name = section.getAttribute("data-section");
           var other = fresh.querySelector('[data-section="' + name + '"]');
-          if (other) section.replaceWith(document.importNode(other, true));
+          if (!other || (section.hasAttribute("data-keep") && other.hasAttribute("data-keep"))) return;
+          section.replaceWith(document.importNode(other, true));
         });
         drawAll();
       })
-      .finally(function () { refreshing = false; });
+      .finally(function () {
+        refreshing = false;
+        if (again) { again = false; refresh(); }
+      });
   }
 
   // -- the task page's `state`, `progress` and `final` events ----------------------------
@@ -205,6 +213,15 @@
     source.addEventListener("progress", json(onProgress));
     source.addEventListener("problem", json(function (d) { if (status) status.textContent = d.error; }));
     source.addEventListener("final", function () { source.close(); location.reload(); });
+    // a workflow run's page: its state or journal changed; after a final state, no more
+    source.addEventListener("run", function (e) {
+      var data = JSON.parse(e.data);
+      if (data.final) {
+        source.close();
+        if (status) status.textContent = "ended: " + data.state;
+      }
+      refresh();
+    });
     window.addEventListener("pagehide", function () { source.close(); });
   }
 

@@ -1,0 +1,193 @@
+"""`/workflows`: durable workflow runs by state and name, most recently changed first,
+paged; `/workflows/<id>`: one run's steps as a timeline, its timers and signals, live, with
+signal, cancel and retry (confirmed first); the same URL shows a chain, group or chord by
+its id (`tasks.workflow_page`): one view for both kinds.
+
+Chains, groups and chords are not in the list: they keep no record of their own (their
+steps' result records and waiting messages are all there is, `taskq.workflows.story`), so
+listing them would mean reading the whole results bucket and every queue. The list links
+to them through the search box instead. See docs/dashboard.md.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from taskq.client import Client
+from taskq.dashboard import tasks
+from taskq.dashboard.config import DashboardError
+from taskq.dashboard.forms import cursor, text
+from taskq.dashboard.gate import checked_form
+from taskq.dashboard.live import event_stream, run_events
+from taskq.dashboard.render import API, ask, done, respond, wants_json
+from taskq.dashboard.shared import client_of, link, param, url
+from taskq.errors import NotFound, PermissionDenied
+from taskq.workflows.store import FINAL, STATES, RunSummary, load_summary
+from taskq.workflows.story import workflow_id_of
+from taskq.workflows.views import (
+    RunView,
+    cancel_run,
+    find_summary,
+    retry_run,
+    runs_page,
+    send_signal,
+    show_run,
+)
+
+RUN_KEYS = ("state", "name")  # the runs list's filters
+
+
+async def runs_list(request: Request) -> Response:
+    """Runs, most recently changed first, with the filters and the cursors."""
+    client, query = client_of(request), request.query_params
+    fields = {key: value for key in RUN_KEYS if (value := text(query, key)) is not None}
+    before = cursor(query, "before")
+    found = await runs_page(client, fields.get("state"), fields.get("name"), before=before)
+    return respond(
+        request,
+        "runs.html",
+        found.to_dict(),
+        title="Workflow runs",
+        found=found,
+        fields=fields,
+        states=STATES,
+        older=link("/workflows", fields, before=found.older) if found.older else "",
+        newest=link("/workflows", fields) if before else "",
+    )
+
+
+async def workflow_page(request: Request) -> Response:
+    """A durable run's page; else (a chain, group or chord) the canvas workflow's."""
+    client, ref = client_of(request), param(request, "flow_id")
+    if not ref:
+        return RedirectResponse("/workflows", 303)
+    view = await _run(client, ref)
+    if view is None:
+        owner = workflow_id_of(ref)  # a durable run's step id (`<run>.<n>`) leads to its run
+        if owner != ref and await tasks.is_run(client, owner):
+            where = url("workflows", owner)
+            return RedirectResponse(API + where if wants_json(request) else where, 303)
+        return await tasks.workflow_page(request)
+    summary = view.summary
+    live = summary.state not in FINAL
+    events = link(url("events", "workflows", ref), {"state": summary.state}, last=view.last_seq)
+    return respond(
+        request,
+        "run.html",
+        view.to_dict(),
+        title=f"Run {summary.name} {ref}",
+        run=view,
+        summary=summary,
+        timers=[s for s in view.steps if s.until],
+        finished=not live,
+        events=events if live else "",
+    )
+
+
+async def _run(client: Client, ref: str) -> RunView | None:
+    """The durable run `ref`; None when there is none (it may be a chain, group or chord's
+    id). A NATS user that may not read journals is refused a run's (it exists), and gets
+    None for any other id."""
+    try:
+        return await show_run(client, ref)
+    except NotFound:
+        return None
+    except PermissionDenied:
+        if await tasks.is_run(client, ref):
+            raise  # it is a run, whose journal this NATS user may not read: say so
+        return None
+
+
+async def run_stream(request: Request) -> Response:
+    """GET /events/workflows/<id>?state=S&last=SEQ: a `run` event whenever the run's state
+    or journal differs from what the page showed (S, SEQ), the last one `final`."""
+    client, run_id = client_of(request), param(request, "run_id")
+    shown = (request.query_params.get("state", ""), cursor(request.query_params, "last") or 0)
+    return event_stream(request, run_events(client, run_id, shown))
+
+
+async def signal(request: Request) -> Response:
+    """POST (name, payload: JSON or blank for null): send the run a signal."""
+    form = await checked_form(request)
+    client, run_id = client_of(request), param(request, "run_id")
+    name = text(form, "name")
+    if not name:
+        raise DashboardError(400, "give the signal's name (what the run's wait_for waits for)")
+    payload = _payload(form.get("payload", ""))
+    summary = await _unfinished(client, run_id, "a signal would never be read")
+    await send_signal(client, run_id, name, payload, (summary.name, summary.queue))
+    return done(request, url("workflows", run_id), "signalled", {"id": run_id, "signal": name})
+
+
+def _payload(given: str) -> Any:
+    """A signal's payload: JSON (blank: null); a 400 saying where it is not JSON."""
+    if not given.strip():
+        return None
+    try:
+        return json.loads(given)
+    except ValueError as exc:
+        raise DashboardError(400, f"the payload is not JSON: {exc}") from None
+
+
+async def cancel(request: Request) -> Response:
+    """POST: cancel the run (its running steps and children too), once confirmed."""
+    form = await checked_form(request)
+    client, run_id = client_of(request), param(request, "run_id")
+    summary = await _unfinished(client, run_id, "nothing to cancel")
+    if text(form, "confirm") != "yes":
+        return ask(
+            request,
+            f"Cancel run {run_id} of {summary.name}?",
+            "Its running steps and child runs are cancelled, and it ends cancelled.",
+            {},
+            1,
+            url("workflows", run_id),
+        )
+    await cancel_run(client, run_id, (summary.name, summary.queue))
+    return done(request, url("workflows", run_id), "run-cancel", {"id": run_id, "cancel": True})
+
+
+async def retry(request: Request) -> Response:
+    """POST: resume a failed run from its failed step, once confirmed."""
+    form = await checked_form(request)
+    client, run_id = client_of(request), param(request, "run_id")
+    summary = await _summary(client, run_id)
+    if summary.state != "failed":
+        raise DashboardError(
+            409, f"only a failed run can be retried; run {run_id} is {summary.state}"
+        )
+    if text(form, "confirm") != "yes":
+        return ask(
+            request,
+            f"Retry run {run_id} of {summary.name} from its failed step?",
+            "Every completed step is kept; the failed steps run again under new ids "
+            "(deploy the fix first).",
+            {},
+            1,
+            url("workflows", run_id),
+            danger=False,
+        )
+    await retry_run(client, run_id)
+    return done(request, url("workflows", run_id), "run-retry", {"id": run_id, "retry": True})
+
+
+async def _summary(client: Client, run_id: str) -> RunSummary:
+    summary = await load_summary(client, run_id)
+    if summary is None:
+        raise DashboardError(404, f"no workflow run {run_id!r}")
+    return summary
+
+
+async def _unfinished(client: Client, run_id: str, why: str) -> RunSummary:
+    """The run's summary (a run no decision took yet: from its start); 404 when there is
+    no run, 409 when it already ended (`why`)."""
+    summary = await find_summary(client, run_id)
+    if summary is None:
+        raise DashboardError(404, f"no workflow run {run_id!r}")
+    if summary.state in FINAL:
+        raise DashboardError(409, f"run {run_id} already ended {summary.state}: {why}")
+    return summary
