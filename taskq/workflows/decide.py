@@ -31,7 +31,6 @@ from taskq.workflows.journal import (
     MAX_EVENTS,
     Definition,
     Event,
-    assemble,
     child_id,
     of_generation,
     retried,
@@ -95,29 +94,41 @@ async def decide(
     """One decision of run `run_id` (a timer of command `fired` fired first, if >= 0:
     appended once per timer message, `attempt.id`)."""
     await store.ensure_workflows(client)
-    if fired >= 0 and await _timer_due(client, run_id, fired):
-        event = Event.make("fired", fired)
-        await store.append(client, run_id, event, f"{safe_id(attempt.id)}.fired")
     redelivered = attempt.number > 1
+    timer = Fired(fired, f"{safe_id(attempt.id)}.fired") if fired >= 0 else None
     lock = KEPT.lock(run_id)
     try:
         async with lock:
             for _ in range(CONFLICTS):
-                if await _decide_once(client, definition, run_id, redelivered):
+                if await _decide_once(client, definition, run_id, redelivered, timer):
                     return
     finally:
         KEPT.unlock(run_id, lock)
     raise TransientError(f"workflow run {run_id}: {CONFLICTS} decisions in a row lost the race")
 
 
+@dataclass
+class Fired:
+    """A timer the decision's message says fired: command `n`, appended once (`msg_id`)."""
+
+    n: int
+    msg_id: str
+    checked: bool = False
+
+
 async def _decide_once(
-    client: Client, definition: Definition, run_id: str, redelivered: bool
+    client: Client, definition: Definition, run_id: str, redelivered: bool, timer: Fired | None
 ) -> bool:
     """Decide on what is new; False when a concurrent decision recorded its round first."""
     replayer, events = await _load(client, definition, run_id)
     if replayer is None:
         return True  # no such run (or not this workflow's): nothing to decide
     replayer.feed(events)
+    if timer is not None and not timer.checked:
+        timer.checked = True
+        if _timer_due(replayer, timer.n):
+            await store.append(client, run_id, Event.make("fired", timer.n), timer.msg_id)
+            replayer.feed(await _news(client, replayer))
     if replayer.finished:  # an earlier round ended the run
         return True
     retrying = _retry_pending(events)
@@ -190,15 +201,20 @@ def _retry_pending(events: list[Event]) -> bool:
     return bool(retries) and (not rounds or retries[-1] > rounds[-1])
 
 
-async def _timer_due(client: Client, run_id: str, n: int) -> bool:
+def _timer_due(replayer: Replayer, n: int) -> bool:
     """Whether command `n` of the run is a timer due now: a decision message claiming a
     timer fired (any producer may publish one) fires nothing early, and no step."""
-    for event in assemble(await store.read(client, run_id)):
-        for command in event.details.get("commands", []) if event.kind == "decided" else []:
-            if command.n == n and command.kind in ("sleep", "wait"):
-                until = command.details.get("until")
-                return bool(until) and parse_time(str(until)).timestamp() <= time.time() + SKEW
+    for command in replayer.recorded:
+        if command.n == n and command.kind in ("sleep", "wait"):
+            until = command.details.get("until")
+            return bool(until) and parse_time(str(until)).timestamp() <= time.time() + SKEW
     return False
+
+
+async def _news(client: Client, replayer: Replayer) -> list[Event]:
+    """The run's events after those `replayer` has seen, of its generation."""
+    raw = await store.read(client, replayer.run_id, after=replayer.seen)
+    return [e for e in raw if of_generation(replayer.run_id, e, replayer.retries)]
 
 
 def _start(definition: Definition, run_id: str, events: list[Event]) -> Replayer | None:
@@ -209,7 +225,8 @@ def _start(definition: Definition, run_id: str, events: list[Event]) -> Replayer
         return None
     replayer = Replayer(run_id, started_at=str(start.get("at", "")))
     parent = start.get("parent")
-    replayer.parent = str(parent.get("id")) if isinstance(parent, dict) else None
+    if isinstance(parent, dict):
+        replayer.parent, replayer.parent_step = str(parent.get("id")), parent
     args, kwargs = start.get("args", []), start.get("kwargs", {})
     try:  # the start is a producer's: its arguments fit the code, or the run fails
         if not isinstance(args, list) or not isinstance(kwargs, dict):

@@ -71,7 +71,7 @@ async def finish(
     await _summary(client, definition, replayer, state, message)  # final before the result
     await store_result(client, run_id, record)
     await _cancel_unfinished(client, run_id, replayer)
-    await _wake_parent(client, run_id, state, end)
+    await _wake_parent(client, run_id, state, end, replayer.parent_step)
     here = RunStepState(id=run_id, n=0, workflow=definition.name, queue=definition.queue)
     expires = format_epoch(time.time() + client.settings.results_ttl)
     await trigger(client, here, Trigger(f"x{replayer.retries}", expires, expire=True))
@@ -137,13 +137,18 @@ async def _summary(
     await store.update_summary(client, run_id, change)
 
 
-async def _wake_parent(client: Client, run_id: str, state: str, end: dict[str, Any]) -> None:
-    """A child run's end, into its parent's journal (as a step's would be)."""
-    events = await store.read(client, run_id)
-    parent = events[0].details.get("parent") if events else None
-    if not isinstance(parent, dict):
+async def _wake_parent(
+    client: Client, run_id: str, state: str, end: dict[str, Any], parent: dict[str, Any] | None
+) -> None:
+    """A child run's end, into its parent's journal (as a step's would be): `parent` is
+    its start's pointer to the parent's command (None: it has no parent)."""
+    if parent is None:
         return
-    run = RunStepState.model_validate(parent)
+    try:
+        run = RunStepState.model_validate(parent)
+    except ValueError:  # a producer's start may name anything
+        log.warning("run %s names a parent that is no run step: left alone", run_id)
+        return
     if not await _is_child_of(client, run, run_id):
         log.warning("run %s names %s as its parent, which started no such child", run_id, run.id)
         return  # a forged start (producers may start runs): the parent is not touched

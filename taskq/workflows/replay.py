@@ -125,6 +125,7 @@ class Replayer:
     settled: int = 0  # commands before this one all have their outcome (end.mark_waiting)
     started_at: str = ""  # when the run started, and its parent run (for its summary)
     parent: str | None = None
+    parent_step: dict[str, Any] | None = None  # the start's pointer to the parent's command
     timeout: float | None = None  # the workflow's timeout in seconds (None: none)...
     deadline: float | None = None  # ...as the time.time() the run times out
     deadline_set: bool = False  # its wake-up at the deadline is published

@@ -58,10 +58,14 @@ class RunSummary(BaseModel):
 
 
 async def ensure_workflows(client: Client) -> None:
-    """The journals stream and the runs bucket (looked up first; made where allowed)."""
+    """The journals stream and the runs bucket (looked up first; made where allowed), once
+    per connection: every decision and step's end asks."""
     connection, names, settings = client.connection, client.names, client.settings
+    if names.workflows_stream in client.ensured:
+        return
     await connection.streams.ensure(workflows_stream(names, settings))
     await connection.kv.ensure(runs_bucket(names, settings))
+    client.ensured.add(names.workflows_stream)
 
 
 async def read(client: Client, run_id: str, after: int = 0) -> list[Event]:
