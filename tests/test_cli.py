@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -131,12 +132,64 @@ def test_demo_runs_end_to_end() -> None:
     assert "succeeded      1204" in out and "dead-lettered  1" in out  # 1,001 on Spark
     assert "doomed: exhausted" in out
     assert "sum_of_range(1,000,000) = 499,999,500,000" in out and "word_score" in out
+    assert_workflow_run(out)
 
 
 def test_demo_without_spark() -> None:
     result = taskq("demo", "--tasks", "50", "--no-spark", timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "succeeded      53" in result.stdout and "spark    skipped" in result.stdout
+    assert_workflow_run(result.stdout)
+
+
+def assert_workflow_run(out: str) -> str:
+    """The demo ran one durable workflow to success and told its steps; its run id."""
+    started = re.search(r"workflow fulfil\('A-1002'\) started as run (\S+):", out)
+    assert started, out
+    run_id = started.group(1)
+    assert "fulfil('A-1002') succeeded in " in out and f"run {run_id}, as " in out
+    steps = re.findall(r"^ +(\d+)  (run|sleep) +(reserve|ship)? +(\w+)$", out, re.MULTILINE)
+    assert steps == [
+        ("0", "run", "reserve", "succeeded"),
+        ("1", "sleep", "", "fired"),
+        ("2", "run", "ship", "succeeded"),
+    ], out
+    return run_id
+
+
+def test_demo_workflow_run_is_in_taskq_workflows_ls_and_show() -> None:
+    demo = ["demo", "--no-spark", "--tasks", "5", "--dashboard", "--dashboard-port", "0"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "taskq", *demo],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        told: list[str] = []
+        deadline = time.monotonic() + 90
+        while not (told and told[-1].startswith("workflows ")) and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            assert line, "the demo ended before serving the dashboard:\n" + "".join(told)
+            told.append(line)
+        run_id = assert_workflow_run("".join(told))
+        # `workflows  taskq --url URL --prefix demo workflows ls`: the command it names works
+        command = told[-1].split()[1:]
+        listed = taskq(*command[1:])
+        assert listed.returncode == 0, listed.stderr
+        assert re.search(rf"succeeded +fulfil +{run_id}", listed.stdout), listed.stdout
+        shown = taskq(*command[1:-1], "show", run_id)
+        assert shown.returncode == 0, shown.stderr
+        assert f"run {run_id}  fulfil  succeeded" in shown.stdout
+        assert "reserve" in shown.stdout and "ship" in shown.stdout, shown.stdout
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def test_version_and_help() -> None:

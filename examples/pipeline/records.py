@@ -1,27 +1,41 @@
-"""The pipeline's data rules: how synthetic orders are made (Spark SQL, on the JVM) and how
-one raw order is cleaned and enriched (plain Python, run on the Spark executors)."""
+"""The pipeline's data rules: how synthetic orders are made (plain Python, deterministic per
+chunk, so a rerun writes the same chunk) and how one raw order is cleaned and enriched (plain
+Python, run on the Spark executors)."""
 
 from __future__ import annotations
 
-from datetime import date, datetime
+import random
+from datetime import date, datetime, timedelta
 from typing import Any
 
 # Deliberately messy: mixed case, padding, aliases, unknown codes, bad amounts, two date forms.
-SYNTHETIC_ORDERS = (
-    "id AS order_id",
-    "concat('C', lpad(cast(id * 7919 % 5000 AS string), 5, '0')) AS customer",
-    "element_at(array(' de', 'DE', 'fr ', 'FR', 'us', 'USA', 'gb', 'UK', 'Deu', 'it', '', 'XX'),"
-    " cast(id * 31 % 12 AS int) + 1) AS country",
-    "CASE WHEN id % 97 = 0 THEN NULL WHEN id % 89 = 0 THEN -1.0"
-    " ELSE round(rand(42) * 250, 2) END AS amount",
-    "element_at(array('EUR', 'usd', 'GBP', 'EUR', 'chf'), cast(id % 5 AS int) + 1) AS currency",
-    "date_format(date_add(date'2026-01-01', cast(id % 365 AS int)),"
-    " CASE WHEN id % 2 = 0 THEN 'yyyy-MM-dd' ELSE 'dd/MM/yyyy' END) AS ordered_on",
-)
+RAW_COUNTRIES = (" de", "DE", "fr ", "FR", "us", "USA", "gb", "UK", "Deu", "it", "", "XX")
+RAW_CURRENCIES = ("EUR", "usd", "GBP", "EUR", "chf")
+FIRST_DAY = date(2026, 1, 1)
 
 COUNTRY_ALIASES = {"UK": "GB", "DEU": "DE", "USA": "US"}
 REGIONS = {"DE": "EU", "FR": "EU", "IT": "EU", "GB": "UK", "US": "NA"}
 TO_EUR = {"EUR": 1.0, "USD": 0.92, "GBP": 1.17}
+
+
+def synthetic_orders(first: int, count: int, seed: int) -> list[dict[str, Any]]:
+    """Orders `first` .. `first + count - 1`; the same list for the same arguments."""
+    rng = random.Random(seed)
+    return [synthetic_order(order_id, rng.random()) for order_id in range(first, first + count)]
+
+
+def synthetic_order(order_id: int, draw: float) -> dict[str, Any]:
+    """One raw order, as a careless upstream system would send it (`draw` in [0, 1))."""
+    day = FIRST_DAY + timedelta(days=order_id % 365)
+    amount = None if order_id % 97 == 0 else -1.0 if order_id % 89 == 0 else round(draw * 250, 2)
+    return {
+        "order_id": order_id,
+        "customer": f"C{order_id * 7919 % 5000:05d}",
+        "country": RAW_COUNTRIES[order_id * 31 % len(RAW_COUNTRIES)],
+        "amount": amount,
+        "currency": RAW_CURRENCIES[order_id % len(RAW_CURRENCIES)],
+        "ordered_on": day.strftime("%Y-%m-%d" if order_id % 2 == 0 else "%d/%m/%Y"),
+    }
 
 
 def clean_order(raw: dict[str, Any]) -> dict[str, Any] | None:

@@ -1,98 +1,135 @@
-"""The pipeline's tasks. One enqueue of `generate` runs it all:
+"""The pipeline as a durable workflow: one start runs it all, and it resumes after any crash
+without redoing a finished stage (docs/spark.md, docs/workflows.md).
 
-generate (Spark job task)  synthetic orders → raw Parquet, then one `clean` message per
-                           chunk of orders, then `report`
-clean    (Spark batch task) each chunk cleaned and enriched on the executors, written as
-                           JSON lines; many chunks run as one Spark job
-report   (Spark job task)  waits (Retry) until every chunk is clean, then aggregates to
-                           Parquet and CSV and writes summary.json
+pipeline (workflow)         journals each stage as a step; a step that completed is never
+                            run again for its run
+generate (task)             synthetic orders → raw/part-*.jsonl, one file per chunk
+clean    (Spark batch task) `wf.map` fans the chunks out: each cleaned and enriched on the
+                            executors, many chunks per Spark job → clean/part-*.jsonl
+report   (Spark job task)   aggregates the clean orders → report/ (Parquet, CSV, summary.json)
+
+Every stage writes atomically and is keyed by its step id (`outputs.py`), so the step that was
+in flight at a crash, which runs again, finds its own output or starts over cleanly.
 """
 
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Iterable, Iterator
-from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from examples.pipeline.records import SYNTHETIC_ORDERS, clean_order
-from taskq import App, Retry
+import taskq
+from examples.pipeline.outputs import note, publish, published, staging, write_atomic
+from examples.pipeline.records import clean_order, synthetic_orders
+from taskq import App, Workflow
 
 app = App()  # TASKQ_URL, TASKQ_SPARK_MASTER (default local[*]) from the environment
 QUEUE = "pipeline"
+CLEAN_SCHEMA = (
+    "order_id LONG, customer STRING, country STRING, region STRING, month STRING,"
+    " amount_eur DOUBLE, size STRING"
+)
 
 
-@app.task(executor="spark", queue=QUEUE, max_retries=2)
-def generate(spark: Any, run_dir: str, records: int = 300_000, chunk: int = 1000) -> int:
-    """Write `records` synthetic orders to Parquet, then enqueue their cleaning and the report."""
-    raw = str(Path(run_dir, "raw"))
-    spark.range(records).selectExpr(*SYNTHETIC_ORDERS).write.mode("overwrite").parquet(raw)
-    rows = (row.asDict() for row in spark.read.parquet(raw).toLocalIterator())
-    chunks = 0
-    for number, orders in enumerate(_batched(rows, chunk)):
-        # keyed per chunk: a retried `generate` does not enqueue a chunk twice
-        clean.options(key=f"{Path(run_dir).name}.clean.{number}").delay(run_dir, number, orders)
-        chunks += 1
-    report.options(key=f"{Path(run_dir).name}.report").delay(run_dir, chunks)
-    return chunks
-
-
-@app.batch_task(batch_size=16, max_wait=1.0, queue=QUEUE, max_retries=3)
-def clean(run_dir: str, number: int, orders: list[dict[str, Any]]) -> dict[str, int]:
-    """Clean one chunk on an executor; written atomically, so a rerun just rewrites it."""
-    kept = [c for c in (clean_order(o) for o in orders) if c is not None]
-    folder = Path(run_dir, "clean")
-    folder.mkdir(parents=True, exist_ok=True)
-    part = folder / f"part-{number:05d}.jsonl"
-    temp = folder / f".{part.name}.{os.getpid()}"
-    temp.write_text("".join(json.dumps(c) + "\n" for c in kept))
-    os.replace(temp, part)
-    return {"kept": len(kept), "dropped": len(orders) - len(kept)}
-
-
-@app.task(executor="spark", queue=QUEUE, max_retries=600)
-def report(spark: Any, run_dir: str, chunks: int) -> dict[str, Any]:
-    """Aggregate the clean orders once all `chunks` are there (until then: retry in 1 s)."""
-    folder = Path(run_dir, "clean")
-    done = len(list(folder.glob("part-*.jsonl"))) if folder.exists() else 0
-    if done < chunks:
-        raise Retry(delay=1.0, reason=f"{done}/{chunks} chunks cleaned")
-    from pyspark.sql import functions as F
-
-    orders = spark.read.schema(
-        "order_id LONG, customer STRING, country STRING, region STRING, month STRING,"
-        " amount_eur DOUBLE, size STRING"
-    ).json(str(folder))  # Spark skips the ".part-*" files of a clean still writing
-    out = Path(run_dir, "report")
-    by_month = (
-        orders.groupBy("region", "country", "month")
-        .agg(F.count("*").alias("orders"), F.round(F.sum("amount_eur"), 2).alias("revenue_eur"))
-        .orderBy("region", "country", "month")
-    )
-    by_month.write.mode("overwrite").parquet(str(out / "by_country_month.parquet"))
-    by_month.coalesce(1).write.mode("overwrite").option("header", True).csv(
-        str(out / "by_country_month.csv")
-    )
-    top = (
-        orders.groupBy("customer")
-        .agg(F.round(F.sum("amount_eur"), 2).alias("revenue_eur"), F.count("*").alias("orders"))
-        .orderBy(F.desc("revenue_eur"))
-        .limit(10)
-    )
-    totals = orders.agg(F.count("*").alias("n"), F.sum("amount_eur").alias("eur")).first()
-    summary = {
-        "clean_orders": int(totals["n"]),
-        "revenue_eur": round(float(totals["eur"] or 0.0), 2),
-        "raw_orders": spark.read.parquet(str(Path(run_dir, "raw"))).count(),
-        "top_customers": [r.asDict() for r in top.collect()],
-    }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))  # last: the done signal
+@app.workflow(queue=QUEUE)
+async def pipeline(
+    wf: Workflow, run_dir: str, records: int = 300_000, chunk: int = 1000
+) -> dict[str, Any]:
+    """generate → clean every chunk (a Spark batch fan-out) → report; the report's summary."""
+    raw = await wf.run(generate, run_dir, records, chunk)
+    cleaned = await wf.map(clean, [str(Path(run_dir, name)) for name in raw["chunks"]])
+    summary: dict[str, Any] = await wf.run(report, run_dir, len(cleaned))
     return summary
 
 
-def _batched(rows: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
-    it = iter(rows)
-    while batch := list(islice(it, size)):
-        yield batch
+@app.task(queue=QUEUE, max_retries=2)
+def generate(run_dir: str, records: int = 300_000, chunk: int = 1000) -> dict[str, Any]:
+    """Write `records` synthetic orders as JSON lines, `chunk` orders a file, under raw/."""
+    step = taskq.current()
+    note(run_dir, "generate", f"{step.id}#{step.attempt}", "start")
+    final = Path(run_dir, "raw")
+    made = published(final)
+    if made is None:
+        temp = staging(final, step.id)
+        names = []
+        for number, first in enumerate(range(0, records, chunk)):
+            orders = synthetic_orders(first, min(chunk, records - first), seed=number)
+            (temp / f"part-{number:05d}.jsonl").write_text(_lines(orders))
+            names.append(f"raw/part-{number:05d}.jsonl")
+        made = {"step": step.id, "orders": records, "chunks": names}
+        publish(temp, final, made)
+    note(run_dir, "generate", f"{step.id}#{step.attempt}", "done")
+    return made
+
+
+@app.batch_task(batch_size=16, max_wait=1.0, queue=QUEUE, max_retries=3)
+def clean(chunk: str) -> dict[str, int]:
+    """Clean one raw chunk on an executor into clean/<same name>, atomically: a rerun
+    rewrites the same file (executors have no task context: the chunk is the key)."""
+    raw = Path(chunk)
+    run_dir = raw.parent.parent
+    note(run_dir, "clean", raw.name, "start")
+    orders = [json.loads(line) for line in raw.read_text().splitlines()]
+    kept = [c for c in (clean_order(o) for o in orders) if c is not None]
+    folder = run_dir / "clean"
+    folder.mkdir(exist_ok=True)
+    write_atomic(folder / raw.name, _lines(kept))
+    note(run_dir, "clean", raw.name, "done")
+    return {"kept": len(kept), "dropped": len(orders) - len(kept)}
+
+
+@app.task(executor="spark", queue=QUEUE, max_retries=2)
+def report(spark: Any, run_dir: str, chunks: int) -> dict[str, Any]:
+    """Aggregate the `chunks` clean chunks: revenue per region, country and month (Parquet
+    and CSV), the top customers, and summary.json."""
+    step = taskq.current()
+    note(run_dir, "report", f"{step.id}#{step.attempt}", "start")
+    final = Path(run_dir, "report")
+    summary = published(final, "summary.json")
+    if summary is None:
+        parts = sorted(Path(run_dir, "clean").glob("part-*.jsonl"))
+        if len(parts) != chunks:  # the workflow runs report only after every clean step
+            raise RuntimeError(f"{len(parts)} of {chunks} chunks are clean")
+        temp = staging(final, step.id)
+        summary = _aggregate(spark, run_dir, temp)
+        publish(temp, final, summary, "summary.json")
+    note(run_dir, "report", f"{step.id}#{step.attempt}", "done")
+    return summary
+
+
+def _aggregate(spark: Any, run_dir: str, out: Path) -> dict[str, Any]:
+    from pyspark.sql import functions as F
+
+    # Spark skips hidden files: a clean cut short by a crash left at most a `.part-*` there
+    orders = spark.read.schema(CLEAN_SCHEMA).json(str(Path(run_dir, "clean"))).cache()
+    by_month = (
+        orders.groupBy("region", "country", "month")
+        .agg(F.count("*").alias("orders"), F.round(F.sum("amount_eur"), 2).alias("revenue_eur"))
+        .coalesce(1)  # a few hundred rows at most: one sorted file each
+        .sortWithinPartitions("region", "country", "month")
+        .cache()
+    )
+    by_month.write.parquet(str(out / "by_country_month.parquet"))
+    by_month.write.option("header", True).csv(str(out / "by_country_month.csv"))
+    top = (
+        orders.groupBy("customer")
+        .agg(F.round(F.sum("amount_eur"), 2).alias("revenue_eur"), F.count("*").alias("orders"))
+        .orderBy(F.desc("revenue_eur"), "customer")
+        .limit(10)
+        .collect()
+    )
+    totals = orders.agg(F.count("*").alias("n"), F.sum("amount_eur").alias("eur")).first()
+    raw = spark.read.option("pathGlobFilter", "part-*.jsonl").text(str(Path(run_dir, "raw")))
+    summary = {
+        "raw_orders": raw.count(),
+        "clean_orders": int(totals["n"]),
+        "revenue_eur": round(float(totals["eur"] or 0.0), 2),
+        "top_customers": [r.asDict() for r in top],
+    }
+    orders.unpersist()
+    by_month.unpersist()
+    return summary
+
+
+def _lines(rows: list[dict[str, Any]]) -> str:
+    return "".join(json.dumps(row) + "\n" for row in rows)

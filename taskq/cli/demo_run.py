@@ -3,7 +3,8 @@
 Starts a real nats-server (temporary store), a worker in this process, enqueues a few
 tasks (one that retries, one that ends in the dead-letter queue), a Spark job task and a
 Spark batch task on a local SparkSession, plus a burst of no-op tasks, waits for every one
-to settle, and prints a summary.
+to settle, runs one durable workflow (two steps around a durable timer), and prints a
+summary.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import asyncio
 import logging
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -20,18 +22,21 @@ import click
 from taskq.app import App
 from taskq.errors import TaskqError
 from taskq.server import EmbeddedServer
+from taskq.workflows.workflow import Workflow
 
 DEADLINE = 180.0
 DASHBOARD_PORT = 8787
 SPARK_ITEMS = 1000
+ORDER = "A-1002"  # the demo workflow's order
 
 
 def build_app(url: str, prefix: str = "demo", spark: bool = False) -> App:
-    """The demo's tasks: one async, one sync, one flaky, one doomed, one no-op; and with
-    `spark`, a Spark job task and a Spark batch task."""
+    """The demo's tasks: one async, one sync, one flaky, one doomed, one no-op; a durable
+    workflow and its two steps; and with `spark`, a Spark job task and a Spark batch task."""
     app = App(url=url, prefix=prefix, spark_master="local[2]")
     if spark:
         _spark_tasks(app)
+    _workflow(app)
     flaky_calls: list[int] = []
 
     @app.task
@@ -69,6 +74,22 @@ def _spark_tasks(app: App) -> None:
     @app.batch_task(batch_size=500, max_wait=1.0)
     def word_score(word: str) -> int:  # one item; a batch of them is one Spark job
         return sum(ord(c) - 96 for c in word.lower() if c.isalpha())
+
+
+def _workflow(app: App) -> None:
+    @app.task
+    async def reserve(order: str) -> str:
+        return f"box-{sum(map(ord, order)) % 90 + 10}"
+
+    @app.task
+    async def ship(order: str, box: str) -> str:
+        return f"{order} shipped in {box}"
+
+    @app.workflow
+    async def fulfil(wf: Workflow, order: str) -> str:
+        box = await wf.run(reserve, order)  # a step: journaled, never run again once done
+        await wf.sleep(1.0)  # a durable timer, held on the server (no worker waits)
+        return str(await wf.run(ship, order, box))
 
 
 def spark_problem() -> str | None:
@@ -128,19 +149,22 @@ async def _tasks(app: App, worker: Any, burst: int) -> bool:
     ok = await _first_tasks(app, worker)
     spark_line = await _spark_stage(app, worker) if "word_score" in app.tasks else None
     ok = ok and spark_line is not False
-    started = time.perf_counter()
+    before, started = worker.stats["succeeded"], time.perf_counter()
     for _ in range(burst):
         await app.tasks["noop"].enqueue()
     enqueue_s = time.perf_counter() - started
-    ok = ok and await _wait(lambda: worker.stats["succeeded"] >= 3 + burst)
+    ok = ok and await _wait(lambda: worker.stats["succeeded"] >= before + burst)
     drain_s = time.perf_counter() - started
+    counted = Counter(worker.stats)  # the tasks above; the workflow's are told on their own
+    flow = await _workflow_stage(app)
+    ok = ok and flow is not None
     dead = await _dead_letters(app)
     from taskq.cli.queues import table
     from taskq.operate.queue_stats import snapshot
 
     queues = table(await snapshot(app, None, 0))
     line = spark_line if isinstance(spark_line, str) else None
-    _summary(worker.stats, dead, burst, enqueue_s, drain_s, line)
+    _summary(counted, dead, burst, enqueue_s, drain_s, line, flow)
     click.echo("")
     click.echo("queues (taskq queues)")
     click.echo(queues)
@@ -170,6 +194,8 @@ async def _live_dashboard(app: App, port: int) -> None:
     click.echo(
         f"dashboard  {address(sock, '127.0.0.1')}  (the demo keeps running: Ctrl-C stops it)"
     )
+    settings = client.settings
+    click.echo(f"workflows  taskq --url {settings.url} --prefix {settings.prefix} workflows ls")
     trickle = asyncio.create_task(_trickle(app))
     try:
         await serve(DashboardConfig(client.settings, port=port), client, sock)
@@ -223,6 +249,33 @@ async def _spark_stage(app: App, worker: Any) -> str | bool:
     )
 
 
+async def _workflow_stage(app: App) -> list[str] | None:
+    """One durable workflow run, start to end; the summary's lines about it (its steps as
+    `taskq workflows show` tells them), or None if it did not succeed in time."""
+    from taskq.workflows.views import show_run
+
+    started = time.perf_counter()
+    run = await app.workflows["fulfil"].start(ORDER)
+    click.echo(f"  workflow fulfil({ORDER!r}) started as run {run.id}: reserve, sleep 1 s, ship")
+    try:
+        value = await run.result(timeout=DEADLINE)
+    except TaskqError as exc:
+        click.echo(f"  workflow run {run.id} did not succeed: {exc}", err=True)
+        return None
+    took = time.perf_counter() - started
+    view = await show_run(await app.client(), run.id)
+    lines = [
+        f"  workflow       fulfil({ORDER!r}) {view.summary.state} in {took:.1f}s: {value!r}",
+        f"                 run {run.id}, as `taskq workflows show` tells it:",
+    ]
+    lines += [
+        f"                 {step.n:>4}  {step.kind:5}  {step.target:8}  {step.state}"
+        for step in view.steps
+    ]
+    lines.append("                 (its steps and decisions ran as tasks too, not counted above)")
+    return lines
+
+
 async def _wait(done: Callable[[], bool]) -> bool:
     deadline = time.monotonic() + DEADLINE
     while not done():
@@ -246,6 +299,7 @@ def _summary(
     enqueue_s: float,
     drain_s: float,
     spark: str | None,
+    flow: list[str] | None = None,
 ) -> None:
     click.echo("")
     click.echo("summary")
@@ -265,6 +319,8 @@ def _summary(
         )
     if spark:
         click.echo(spark)
+    for line in flow or []:
+        click.echo(line)
     click.echo("")
     click.echo(
         "Next: `taskq server` in one shell, `taskq worker examples.quickstart:app` in another,"
