@@ -38,7 +38,7 @@ from taskq.workers.pool.processes import ProcessPool
 from taskq.workers.running import RunningJobs
 from taskq.workers.spark.jobs import LendSlot, SparkExecutor
 from taskq.workflows.state import RunStepState
-from taskq.workflows.steps import is_bound
+from taskq.workflows.steps import ended_already, is_bound
 
 SOON = 2.0  # a task due within this many seconds waits in the worker, not as a schedule
 
@@ -110,7 +110,7 @@ class Judge:
         job.task = self.app.tasks.get(job.envelope.task)
         if d.header(DROPPED) is not None:  # a call a throttle window dropped: record it
             return _dropped(d.header(DROPPED) or "", d.header(KEPT) or ""), None
-        early = self._refused(job) or await self._forged(job)
+        early = self._refused(job) or await self._step_checked(job)
         if early is not None:
             return early
         held = await _until_due(job)
@@ -137,18 +137,23 @@ class Judge:
             return Dead("expired", f"expired at {envelope.expires_at}"), None
         return None
 
-    async def _forged(self, job: Job) -> tuple[Decision, Outcome | None] | None:
+    async def _step_checked(self, job: Job) -> tuple[Decision, Outcome | None] | None:
         """A durable workflow step its run's journal never commanded (a producer may
-        publish to the queue): dead unrun, and recorded as no step's outcome."""
+        publish to the queue): dead unrun, and recorded as no step's outcome. A step whose
+        outcome its run's journal holds already (redelivered after its worker died before
+        the ack): acknowledged unrun, so a completed step never runs again."""
         envelope = job.envelope
         assert envelope is not None
         if not isinstance(envelope.workflow, RunStepState):
             return None
-        if await is_bound(await self.app.client(), envelope):
-            return None
-        job.envelope = dataclasses.replace(envelope, workflow=None)
-        why = f"no decision of workflow run {envelope.workflow.id} commanded this step"
-        return Dead("forged_step", why), None
+        client = await self.app.client()
+        if not await is_bound(client, envelope):
+            job.envelope = dataclasses.replace(envelope, workflow=None)
+            why = f"no decision of workflow run {envelope.workflow.id} commanded this step"
+            return Dead("forged_step", why), None
+        if job.delivery.num_delivered > 1 and await ended_already(client, envelope):
+            return Hold("its outcome is in its run's journal already", done=True), None
+        return None
 
     async def _wake_up(self, job: Job, key_token: str) -> Hold | None:
         """A debounce wake-up: hold it until its burst is due, drop it if its burst ran,

@@ -59,6 +59,17 @@ async def is_bound(client: Client, envelope: Envelope) -> bool:
     )
 
 
+async def ended_already(client: Client, envelope: Envelope) -> bool:
+    """Whether the run's journal holds this step's outcome already: its worker died after
+    writing it, before the ack. Asked of a redelivered step only (a read of the journal)."""
+    run = envelope.workflow
+    assert isinstance(run, RunStepState)
+    return any(
+        event.kind == "done" and event.n == run.n and event.details.get("id") == envelope.id
+        for event in await store.read(client, run.id)
+    )
+
+
 async def _commands_at(client: Client, run: RunStepState) -> list[Event]:
     """The commands of the round or chunk stored at `run.at` on the run's own journal
     (empty when nothing a worker wrote is there)."""

@@ -1,16 +1,31 @@
 """A durable workflow for fault tests: every step writes its runs to a ledger file
 (TASKQ_TEST_LEDGER) with its id and attempt, so a test can tell a redelivery after a kill
-from a completed step run again."""
+from a completed step run again. With TASKQ_TEST_DIE_AFTER_JOURNAL set, the worker process
+SIGKILLs itself right after a step's outcome is in its run's journal, before the step's ack
+(a fault injected around the real write)."""
 
 from __future__ import annotations
 
 import os
+import signal
 import time
+from typing import Any
 
 import taskq
+import taskq.workers.writes as writes
 from taskq import App, Workflow
 
 app = App()
+_journaled = writes.step_ended
+
+
+async def _die_after_journal(client: Any, envelope: Any, decision: Any, outcome: Any) -> None:
+    await _journaled(client, envelope, decision, outcome)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+if os.environ.get("TASKQ_TEST_DIE_AFTER_JOURNAL"):
+    writes.step_ended = _die_after_journal
 
 
 def note(line: str) -> None:

@@ -117,3 +117,24 @@ async def test_runs_sleeping_through_a_server_kill_all_wake_and_finish(tmp_path:
         for proc in workers:
             proc.close()
         server.stop()
+
+
+async def test_a_step_whose_worker_died_after_journaling_it_is_not_run_again(
+    nats_url: str, prefix: str, tmp_path: Path, worker_process: Callable[..., WorkerProcess]
+) -> None:
+    # Given a worker that dies right after a step's outcome is journaled, before its ack
+    ledger = tmp_path / "ledger.txt"
+    env = {"TASKQ_TEST_LEDGER": str(ledger)}
+    journaled.app.configure(url=nats_url, prefix=prefix)
+    dying = worker_process(SPEC, env={**env, "TASKQ_TEST_DIE_AFTER_JOURNAL": "1"})
+    await dying.wait_ready()
+    run = await journaled.steps.start(1, 0.0)
+    await wait_until(lambda: dying.proc.poll() is not None, timeout=30)
+    # When another worker gets the step's message again
+    healthy = worker_process(SPEC, env=env)
+    await healthy.wait_ready()
+    # Then the run ends with the journaled outcome, and the step ran once
+    assert await run.result(timeout=30) == 0
+    starts = [line for line in ledger.read_text().splitlines() if line.startswith("start")]
+    assert starts == [f"start {run.id}.0 1"]
+    await journaled.app.aclose()
