@@ -76,6 +76,14 @@ async def read(client: Client, run_id: str, after: int = 0) -> list[Event]:
     subject = names.journal_subject(safe_id(run_id), "*")
     found: list[Event] = []
     seq = after + 1
+    if after == 0:  # from the run's start: the server finds a literal subject by its index,
+        # where a wildcard read scans every message of the stream before the run's first
+        start = await messages.batch(
+            names.workflows_stream, 1, 1, names.journal_subject(safe_id(run_id), WRITERS["start"])
+        )
+        if not start:
+            return []  # no such run (what is left of one expired is nothing)
+        seq = start[0].seq
     while True:
         batch = await messages.batch(names.workflows_stream, seq, 1000, subject)
         for stored in batch:
