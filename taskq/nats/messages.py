@@ -163,6 +163,28 @@ class Messages:
             last.update((stored.subject, stored.seq) for stored in found)
         return last
 
+    async def newest(self, stream: str, subjects: str) -> StoredMessage | None:
+        """The last message stored on any subject matching `subjects` (None: none), in one
+        direct get (a single one: its answer is the message, or a status)."""
+        body = json.dumps({"last_by_subj": subjects}).encode()
+        with self._guard:
+            msg = await self._nc.request(f"$JS.API.DIRECT.GET.{stream}", body, timeout=5.0)
+        headers = dict(msg.headers or {})
+        if "Status" in headers:  # 404: nothing stored there
+            return None
+        return _from_batch(msg, headers, self._seals)
+
+    async def lasts(self, stream: str, subjects: str, after: int = 0) -> list[StoredMessage] | None:
+        """The last message of each subject matching `subjects` (a wildcard), stored after
+        sequence `after`, oldest first: the server finds each by its subject index, where a
+        filtered read scans the stream between them. None when more than MULTI_LAST
+        subjects match (the server answers 413; read them with `batch`)."""
+        request = {"multi_last": [subjects], "seq": after + 1, "batch": MULTI_LAST}
+        found, status = await self._direct_status(stream, request)
+        if status == "413":
+            return None
+        return sorted(found, key=lambda stored: stored.seq)
+
     async def _direct_batch(
         self, stream: str, seq: int, subject: str | None, batch: int
     ) -> list[StoredMessage]:
@@ -173,10 +195,17 @@ class Messages:
 
     async def _direct(self, stream: str, request: dict[str, Any]) -> list[StoredMessage]:
         """The messages one batched direct get answers, up to its end-of-batch."""
+        return (await self._direct_status(stream, request))[0]
+
+    async def _direct_status(
+        self, stream: str, request: dict[str, Any]
+    ) -> tuple[list[StoredMessage], str]:
+        """The messages one batched direct get answers, and the status that ended them
+        (204 end of batch, 404 nothing matched, 413 too many subjects)."""
         replies: asyncio.Queue[Msg] = asyncio.Queue()
         subject = f"$JS.API.DIRECT.GET.{stream}"
 
-        async def answer() -> list[StoredMessage]:
+        async def answer() -> tuple[list[StoredMessage], str]:
             await self._nc.publish(subject, json.dumps(request).encode(), reply=inbox)
             return await _until_end_of_batch(replies, self._seals)
 
@@ -236,9 +265,11 @@ def _stored(raw: api.RawStreamMsg, subject: str, seq: int, seals: Seals) -> Stor
     )
 
 
-async def _until_end_of_batch(replies: asyncio.Queue[Msg], seals: Seals) -> list[StoredMessage]:
+async def _until_end_of_batch(
+    replies: asyncio.Queue[Msg], seals: Seals
+) -> tuple[list[StoredMessage], str]:
     """The messages of one batched direct get, up to its end-of-batch (or not-found)
-    status message."""
+    status message, and that status."""
     found: list[StoredMessage] = []
     loop = asyncio.get_running_loop()
     # one deadline moved on by each message: a wait_for per message (a task each) costs
@@ -249,7 +280,7 @@ async def _until_end_of_batch(replies: asyncio.Queue[Msg], seals: Seals) -> list
             deadline.reschedule(loop.time() + REPLY_GAP)
             headers = dict(msg.headers or {})
             if "Status" in headers:  # 204 EOB, 404 when nothing matched, 413 too many
-                return found
+                return found, headers["Status"]
             found.append(_from_batch(msg, headers, seals))
 
 

@@ -22,6 +22,7 @@ from taskq.nats.errors import WRONG_LAST_SEQUENCE, Guard
 from taskq.nats.outbound import check
 
 EXPECTED_LAST = "Nats-Expected-Last-Subject-Sequence"
+EXPECTED_LAST_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"  # its subject filter
 TTL = "Nats-TTL"
 INCREMENT = "Nats-Incr"
 
@@ -60,10 +61,14 @@ class Records:
         last_seq: int,
         ttl: float | None = None,
         headers: dict[str, str] | None = None,
+        within: str | None = None,
     ) -> int | None:
-        """Store `value` only if the last message on `subject` is `last_seq` (0: none);
-        the new sequence, or None when someone else wrote (or it expired) meanwhile."""
+        """Store `value` only if the last message on `subject` (on any subject matching
+        `within`, when given) is `last_seq` (0: none); the new sequence, or None when
+        someone else wrote (or it expired) meanwhile."""
         sent = {**(headers or {}), EXPECTED_LAST: str(last_seq)}
+        if within is not None:
+            sent[EXPECTED_LAST_SUBJECT] = within
         if ttl is not None:
             sent[TTL] = ttl_header(ttl)
         value = self._seal(subject, value, sent)

@@ -253,13 +253,18 @@ class Names:
     def workflows_stream(self) -> str:
         return f"{self._up}_WORKFLOWS"
 
-    def journal_subject(self, run_id: str, writer: str) -> str:
-        """A run's journal, one subject per writer (`run_id` in its safe form): `s` its
-        start, `u` what users send (signals, cancels), `o` an operator's retry, `w` what
-        workers write (decisions, step outcomes, timers). Roles get the subjects they may
-        write, so a producer can signal a run but never write a step's outcome or resume a
-        failed run; `*` reads them all."""
-        return f"{self.prefix}.wf.{run_id}.{writer}"
+    def journal_subject(self, run_id: str, writer: str, key: str) -> str:
+        """One event of a run's journal (`run_id` in its safe form), under its writer: `s`
+        its start, `u` what users send (signals, cancels), `o` an operator's retry, `w`
+        what workers write (decisions, step outcomes, timers), `c` a large decision's
+        chunks. Roles get the writers they may write, so a producer can signal a run but
+        never write a step's outcome or resume a failed run. One subject per event (`key`),
+        so a read finds each by the server's subject index instead of scanning."""
+        return f"{self.prefix}.wf.{run_id}.{writer}.{key}"
+
+    def journal_filter(self, run_id: str, writer: str = "*") -> str:
+        """Every event of a run's journal (or of one writer)."""
+        return f"{self.prefix}.wf.{run_id}.{writer}.*"
 
     @property
     def journals_filter(self) -> str:

@@ -260,9 +260,9 @@ def workflows_stream(names: Names, settings: Settings) -> StreamSpec:
         replicas=settings.replicas,
         duplicate_window=settings.duplicate_window,
         description="taskq durable workflow journals",
-        # the server's own bound on each writer's subject of a run (a producer flooding a
-        # run with signals is refused there), past the limit decisions fail the run at
-        max_msgs_per_subject=JOURNAL_EVENTS + 1000,
+        # one message per subject, each event's own: a second message on a subject (a
+        # producer re-publishing a run's start) is refused by the server, not stored
+        max_msgs_per_subject=1,
         refuse_when_full=True,
         max_msg_size=2 * JOURNAL_EVENT_BYTES,  # room for sealing and headers
     )

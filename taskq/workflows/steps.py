@@ -79,7 +79,7 @@ async def _commands_at(client: Client, run: RunStepState) -> list[Event]:
         _kept.move_to_end(key)
         return found
     names = client.names
-    subject = names.journal_subject(safe_id(run.id), "*")
+    subject = names.journal_filter(safe_id(run.id))
     stored = await client.connection.messages.batch(names.workflows_stream, run.at, 1, subject)
     commands: list[Event] = []
     if stored and stored[0].seq == run.at:

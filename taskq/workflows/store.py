@@ -4,6 +4,7 @@ compare-and-set) and its summary (a key of the `<PREFIX>_RUNS` bucket, for listi
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Callable
@@ -14,8 +15,16 @@ from pydantic import BaseModel, ConfigDict
 from pydantic_core import to_json
 
 from taskq.client import Client
-from taskq.errors import DecodeError, NotFound, PayloadTooLarge, TaskqError, TransientError
+from taskq.errors import (
+    BrokerError,
+    DecodeError,
+    NotFound,
+    PayloadTooLarge,
+    TaskqError,
+    TransientError,
+)
 from taskq.ids import new_id, safe_id
+from taskq.nats import StoredMessage
 from taskq.records.clock import now_iso
 from taskq.topology.specs import runs_bucket, workflows_stream
 from taskq.workflows.journal import MAX_EVENT_BYTES, MAX_EVENTS, WRITERS, Event, decode
@@ -71,26 +80,41 @@ async def ensure_workflows(client: Client) -> None:
 async def read(client: Client, run_id: str, after: int = 0) -> list[Event]:
     """The run's journal events stored after sequence `after`, oldest first. An event
     that is not one (undecodable, or of a kind its subject does not hold: a forgery by a
-    role that may write there) is left out, with a warning: it cannot stop the run."""
+    role that may write there) is left out, with a warning: it cannot stop the run.
+
+    Each event has a subject of its own, so one `multi_last` direct get finds them all by
+    the server's subject index (a filtered read scans every message of the stream between
+    the run's events: with many runs at once, that is most of its cost); a journal of more
+    events than one such get answers is read in stream order from its start."""
     names, messages = client.names, client.connection.messages
-    subject = names.journal_subject(safe_id(run_id), "*")
+    within = names.journal_filter(safe_id(run_id))
+    stored = await messages.lasts(names.workflows_stream, within, after)
+    if stored is None:
+        stored = await _scanned(client, run_id, after)
     found: list[Event] = []
+    for message in stored:
+        try:
+            found.append(decoded(message.data, message.seq, message.subject))
+        except DecodeError as exc:
+            log.warning("workflow run %s: %s (left out)", run_id, exc)
+    return found
+
+
+async def _scanned(client: Client, run_id: str, after: int) -> list[StoredMessage]:
+    """A long journal's messages after `after`, in stream order, from its start on (at most
+    a few more than MAX_EVENTS: a run past the limit fails with JournalFull)."""
+    names, messages = client.names, client.connection.messages
+    within = names.journal_filter(safe_id(run_id))
     seq = after + 1
-    if after == 0:  # from the run's start: the server finds a literal subject by its index,
-        # where a wildcard read scans every message of the stream before the run's first
+    if after == 0:  # the start, a literal subject, is found by index, not by a scan
         start = await messages.batch(
-            names.workflows_stream, 1, 1, names.journal_subject(safe_id(run_id), WRITERS["start"])
+            names.workflows_stream, 1, 1, names.journal_subject(safe_id(run_id), "s", "0")
         )
-        if not start:
-            return []  # no such run (what is left of one expired is nothing)
-        seq = start[0].seq
+        seq = start[0].seq if start else seq
+    found: list[StoredMessage] = []
     while True:
-        batch = await messages.batch(names.workflows_stream, seq, 1000, subject)
-        for stored in batch:
-            try:
-                found.append(decoded(stored.data, stored.seq, stored.subject))
-            except DecodeError as exc:
-                log.warning("workflow run %s: %s (left out)", run_id, exc)
+        batch = await messages.batch(names.workflows_stream, seq, 1000, within)
+        found += batch
         if len(batch) < 1000 or len(found) > MAX_EVENTS:
             return found
         seq = batch[-1].seq + 1
@@ -103,7 +127,10 @@ def decoded(data: bytes, seq: int, subject: str) -> Event:
         raise DecodeError(f"journal event {seq} is not JSON") from None
     if not isinstance(value, dict):
         raise DecodeError(f"journal event {seq} is not an object")
-    return decode(value, seq, subject.rsplit(".", 1)[-1])
+    writer, key = subject.rsplit(".", 2)[-2:]  # <prefix>.wf.<run>.<writer>.<key>
+    if writer == WRITERS["start"] and key != "0":
+        raise DecodeError(f"journal event {seq}: a start is only ever on its run's s.0")
+    return decode(value, seq, writer)
 
 
 def _size(event: Event) -> int:
@@ -118,10 +145,18 @@ def encoded(event: Event) -> bytes:
 
 
 async def append_after(client: Client, run_id: str, event: Event, last_seq: int) -> int | None:
-    """Append `event` only if the last event of its subject is still `last_seq` (0: none);
-    its sequence, or None when another came first (the caller reads again)."""
-    subject = client.names.journal_subject(safe_id(run_id), WRITERS[event.kind])
-    return await client.connection.records.replace(subject, encoded(event), last_seq)
+    """Append `event` only if the last event of its writer (the start: no start yet) is
+    still `last_seq` (0: none); its sequence, or None when another came first (the caller
+    reads again)."""
+    run, writer, names = safe_id(run_id), WRITERS[event.kind], client.names
+    if event.kind == "start":
+        subject, within = names.journal_subject(run, writer, "0"), None
+    else:
+        subject, within = (
+            names.journal_subject(run, writer, new_id()),
+            names.journal_filter(run, writer),
+        )
+    return await client.connection.records.replace(subject, encoded(event), last_seq, within=within)
 
 
 @dataclass(frozen=True)
@@ -173,10 +208,20 @@ def _parts(commands: list[Event]) -> list[list[Event]]:
 
 async def append(client: Client, run_id: str, event: Event, msg_id: str) -> int:
     """Append `event` whatever came before (a step's outcome, a signal, a timer, a cancel),
-    deduplicated by `msg_id` (a redelivered writer appends it once)."""
-    subject = client.names.journal_subject(safe_id(run_id), WRITERS[event.kind])
+    deduplicated by `msg_id` (a redelivered writer appends it once, on the same subject)."""
+    key = hashlib.sha256(msg_id.encode()).hexdigest()[:24]
+    subject = client.names.journal_subject(safe_id(run_id), WRITERS[event.kind], key)
     headers = {"Nats-Msg-Id": msg_id}
-    return await client.connection.records.put(subject, encoded(event), headers=headers)
+    try:
+        return await client.connection.records.put(subject, encoded(event), headers=headers)
+    except BrokerError as exc:  # appended already, past the duplicate window: that one
+        if "per subject" not in str(exc):
+            raise
+        names, messages = client.names, client.connection.messages
+        stored = await messages.batch(names.workflows_stream, 1, 1, subject)
+        if not stored:
+            raise
+        return stored[0].seq
 
 
 async def update_summary(
@@ -202,7 +247,7 @@ async def update_summary(
 async def forget(client: Client, run_id: str) -> None:
     """Remove the run's journal (every subject of it) and its summary, leaving no marker."""
     names, messages, key = client.names, client.connection.messages, safe_id(run_id)
-    await messages.purge(names.workflows_stream, names.journal_subject(key, "*"))
+    await messages.purge(names.workflows_stream, names.journal_filter(key))
     await messages.purge(f"KV_{names.runs_bucket}", f"$KV.{names.runs_bucket}.{key}")
 
 

@@ -25,7 +25,6 @@ from taskq.topology.names import check_task
 from taskq.workflows import store
 from taskq.workflows.journal import (
     MAX_EVENT_BYTES,
-    WRITERS,
     Event,
     child_id,
     outcome_of,
@@ -313,9 +312,10 @@ async def journal_last(client: Client, run_id: str) -> int:
     """The sequence of the last event stored in the run's journal (0: none): one batched
     direct get of each journal subject's last message, for telling that a run changed."""
     names = client.names
-    subjects = [names.journal_subject(safe_id(run_id), w) for w in sorted(set(WRITERS.values()))]
-    last = await client.connection.messages.latest(names.workflows_stream, subjects)
-    return max(last.values(), default=0)
+    newest = await client.connection.messages.newest(
+        names.workflows_stream, names.journal_filter(safe_id(run_id))
+    )
+    return newest.seq if newest is not None else 0
 
 
 def _state(command: Event, value: Any, error: Exception | None) -> tuple[str, Any]:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import nats
+import nats.js.errors
 import pytest
 
 from dlq.browse import list_dead
@@ -76,7 +77,12 @@ async def test_a_producer_starts_signals_and_awaits_a_run_and_cannot_forge_its_s
     )
     js = nc.jetstream()
     forged = {"e": "done", "n": 0, "ok": True, "value": "forged"}
-    await js.publish("taskq.wf.roles-o-1.u", json.dumps(forged).encode())
+    await js.publish("taskq.wf.roles-o-1.u.forged", json.dumps(forged).encode())
+    # and re-publishes the run's start with other arguments (refused: one start a run)
+    start = {"e": "start", "workflow": "wfroles.order", "queue": "default", "args": ["x"]}
+    with pytest.raises(nats.js.errors.APIError, match="per subject"):
+        await js.publish("taskq.wf.roles-o-1.s.0", json.dumps(start).encode())
+    await js.publish("taskq.wf.roles-o-1.s.1", json.dumps(start).encode())  # read as nothing
     await nc.close()
     await run.signal("approved", {"by": "ann"})
     async with running_worker(worker_app, queues=["default"]):
