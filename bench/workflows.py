@@ -18,30 +18,34 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import resource
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from bench.run import RESULTS, fresh_prefix
 from taskq import App, Workflow, chain
 from taskq.cli.main import run_async
+from taskq.records.heartbeats import list_workers
 from taskq.records.results import fetch
 from taskq.server import EmbeddedServer
 from taskq.workers import Worker
 
 
-def _rss_mb() -> float:
-    with open("/proc/self/status") as status:
+def _rss_mb(pid: int | str = "self") -> float:
+    with open(f"/proc/{pid}/status") as status:
         for line in status:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _app(url: str) -> tuple[App, Any, Any, Any, Any]:
+def _app(url: str) -> tuple[App, Any, Any, Any]:
     app = App(url=url, prefix=fresh_prefix())
 
     @app.task
@@ -59,18 +63,12 @@ def _app(url: str) -> tuple[App, Any, Any, Any, Any]:
     async def fan(wf: Workflow, steps: int) -> int:
         return sum(await wf.gather(*(wf.run(noop, i) for i in range(steps))))
 
-    @app.workflow
-    async def nap(wf: Workflow, seconds: float) -> float:
-        due = wf.now().timestamp() + seconds  # the timer's due time, as journaled
-        await wf.sleep(timedelta(seconds=seconds))
-        return time.time() - due  # how late this run woke (its decision ran)
-
-    return app, noop, sequential, fan, nap
+    return app, noop, sequential, fan
 
 
 async def _sequential(url: str, steps: int) -> tuple[float, float]:
     """Seconds for a workflow of `steps` steps, and for a chain of as many tasks."""
-    app, noop, sequential, _, _ = _app(url)
+    app, noop, sequential, _ = _app(url)
     async with _worker(app):
         began = time.perf_counter()
         run = await sequential.start(steps)
@@ -86,7 +84,7 @@ async def _sequential(url: str, steps: int) -> tuple[float, float]:
 
 async def _gather(url: str, steps: int) -> tuple[float, float]:
     """Seconds for a gather of `steps` steps, and the worker's RSS growth (MB)."""
-    app, _, _, fan, _ = _app(url)
+    app, _, _, fan = _app(url)
     async with _worker(app):
         before = _rss_mb()
         began = time.perf_counter()
@@ -102,7 +100,7 @@ async def _gather(url: str, steps: int) -> tuple[float, float]:
 class Sleepers:
     """What `runs` runs sleeping at once cost the worker, and how late they woke."""
 
-    rss_before: float  # the worker process's peak RSS, MB, before the runs start...
+    rss_before: float  # the worker process's RSS, MB, before the runs start...
     rss_asleep: float  # ...once all sleep, and once all woke
     rss_after: float
     held: int  # tasks the worker held while they all slept (slots taken)
@@ -112,36 +110,65 @@ class Sleepers:
 
 
 async def _sleepers(url: str, runs: int, seconds: float) -> Sleepers:
-    """Start `runs` runs that each sleep `seconds`, 100 starts at a time."""
-    app, _, _, _, nap = _app(url)
-    async with _worker(app) as worker:
-        before = _rss_mb()
+    """Start `runs` runs that each sleep `seconds`, 100 starts at a time, on a worker
+    process of their own (its RSS is read from /proc)."""
+    from bench import sleepers_app
+
+    prefix = fresh_prefix()
+    sleepers_app.app.configure(url=url, prefix=prefix)
+    worker = _worker_process(url, prefix)
+    try:
+        await _ready(sleepers_app.app)
+        before = _rss_mb(worker.pid)
         began = time.perf_counter()
         started: list[Any] = []
         for first in range(0, runs, 100):
             batch = range(first, min(first + 100, runs))
-            started += await asyncio.gather(*(nap.start(seconds) for _ in batch))
+            started += await asyncio.gather(*(sleepers_app.nap.start(seconds) for _ in batch))
         started_in = time.perf_counter() - began
         await _all_asleep(started)
-        asleep, held = _rss_mb(), await _held(worker)
+        asleep, held = _rss_mb(worker.pid), await _held(sleepers_app.app)
         # the runs note their own lateness; waiting for them all by count (one request a
         # poll) keeps the bench's own load off the server while they wake
-        await _all_ended(app, len(started))
+        await _all_ended(sleepers_app.app, len(started))
         woke_in = time.perf_counter() - began - seconds
-        records = [await fetch(app, run.id) for run in started]
+        after = _rss_mb(worker.pid)
+        records = [await fetch(sleepers_app.app, run.id) for run in started]
         late = sorted(float(r.result) for r in records if r is not None)
-    await app.aclose()
-    return Sleepers(before, asleep, _rss_mb(), held, late, started_in, woke_in)
+    finally:
+        worker.terminate()
+        worker.wait(30)
+        await sleepers_app.app.aclose()
+    return Sleepers(before, asleep, after, held, late, started_in, woke_in)
 
 
-async def _held(worker: Worker) -> int:
-    """The fewest tasks the worker handled at once over a second (the last decisions of
-    the starts may still be finishing: a sleeping run itself holds none)."""
-    fewest = len(worker._running)
-    for _ in range(20):
-        await asyncio.sleep(0.05)
-        fewest = min(fewest, len(worker._running))
-    return fewest
+def _worker_process(url: str, prefix: str) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-m", "taskq", "--url", url, "--prefix", prefix, "worker"]
+    argv += ["bench.sleepers_app:app", "-c", "64"]
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    quiet = subprocess.DEVNULL
+    return subprocess.Popen(argv, cwd=root, env=env, stdout=quiet, stderr=quiet)
+
+
+async def _ready(app: App) -> None:
+    """Wait until the worker process heartbeats."""
+    for _ in range(600):
+        if await list_workers(app):
+            return
+        await asyncio.sleep(0.1)
+    raise SystemExit("the sleepers' worker process did not start")
+
+
+async def _held(app: App) -> int:
+    """The fewest tasks the worker process ran at once over its next heartbeats (the last
+    decisions of the starts may still be finishing: a sleeping run itself holds none)."""
+    fewest = None
+    for _ in range(6):
+        running = sum(len(w.running) for w in await list_workers(app))
+        fewest = running if fewest is None else min(fewest, running)
+        await asyncio.sleep(0.5)
+    return fewest or 0
 
 
 async def _all_ended(app: App, runs: int) -> None:
@@ -199,7 +226,7 @@ async def measure(url: str, args: argparse.Namespace) -> list[str]:
     slept = await _sleepers(url, args.sleepers, args.sleep)
     n, late = args.sleepers, slept.late
     lines += [
-        f"| {n} runs asleep: worker peak RSS MB before / asleep / after waking"
+        f"| {n} runs asleep: worker process RSS MB before / asleep / after waking"
         f" | {slept.rss_before:.1f} / {slept.rss_asleep:.1f} / {slept.rss_after:.1f} | | |",
         f"| tasks the worker held while they slept | {slept.held} | | |",
         f"| {n} starts took s (starts/s) | {slept.started_in:.1f} ({n / slept.started_in:.0f})"

@@ -5,6 +5,7 @@ the `TaskqError` tree inside this package and never leak to callers.
 """
 
 from taskq.nats.connection import Connection
+from taskq.nats.messages import MULTI_LAST
 from taskq.nats.pull import Delivery, Puller
 from taskq.nats.types import (
     ConsumerPause,
@@ -16,6 +17,7 @@ from taskq.nats.types import (
 )
 
 __all__ = [
+    "MULTI_LAST",
     "Connection",
     "ConsumerPause",
     "ConsumerState",

@@ -40,6 +40,7 @@ from taskq.workflows.journal import Outcome as CodeOutcome
 from taskq.workflows.replay import Replayer
 from taskq.workflows.state import RunStepState
 from taskq.workflows.steps import digest
+from taskq.workflows.store import MULTI_LAST
 from taskq.workflows.wake import SKEW, Trigger, start_run, trigger
 from taskq.workflows.workflow import Workflow
 
@@ -165,7 +166,9 @@ async def _load(
     sees them after any retry (its last workers' event counts all the same: a round is
     appended after it)."""
     replayer = KEPT.take(run_id)
-    raw = await store.read(client, run_id, after=replayer.seen if replayer else 0)
+    raw = await store.read(
+        client, run_id, after=replayer.seen if replayer else 0, long=_long(replayer)
+    )
     if replayer is not None and any(e.kind in ("start", "retry") for e in raw):
         replayer.close()  # purged and started anew, or retried: replayed from its start
         replayer, raw = None, await store.read(client, run_id)
@@ -194,6 +197,12 @@ def _deadline(definition: Definition, events: list[Event]) -> float | None:
         return time.time() + definition.timeout
 
 
+def _long(replayer: Replayer | None) -> bool:
+    """Whether the run's journal is known to hold more events than one multi_last get
+    answers (store.read then reads in stream order at once)."""
+    return replayer is not None and len(replayer.visible) + len(replayer.recorded) > MULTI_LAST
+
+
 def _retry_pending(events: list[Event]) -> bool:
     """A retry came after the last recorded round: the failed steps go out again."""
     retries = [e.seq for e in events if e.kind == "retry"]
@@ -213,7 +222,7 @@ def _timer_due(replayer: Replayer, n: int) -> bool:
 
 async def _news(client: Client, replayer: Replayer) -> list[Event]:
     """The run's events after those `replayer` has seen, of its generation."""
-    raw = await store.read(client, replayer.run_id, after=replayer.seen)
+    raw = await store.read(client, replayer.run_id, after=replayer.seen, long=_long(replayer))
     return [e for e in raw if of_generation(replayer.run_id, e, replayer.retries)]
 
 

@@ -24,6 +24,7 @@ from taskq.errors import (
     TransientError,
 )
 from taskq.ids import new_id, safe_id
+from taskq.nats import MULTI_LAST as MULTI_LAST
 from taskq.nats import StoredMessage
 from taskq.records.clock import now_iso
 from taskq.topology.specs import runs_bucket, workflows_stream
@@ -77,7 +78,7 @@ async def ensure_workflows(client: Client) -> None:
     client.ensured.add(names.workflows_stream)
 
 
-async def read(client: Client, run_id: str, after: int = 0) -> list[Event]:
+async def read(client: Client, run_id: str, after: int = 0, long: bool = False) -> list[Event]:
     """The run's journal events stored after sequence `after`, oldest first. An event
     that is not one (undecodable, or of a kind its subject does not hold: a forgery by a
     role that may write there) is left out, with a warning: it cannot stop the run.
@@ -85,10 +86,11 @@ async def read(client: Client, run_id: str, after: int = 0) -> list[Event]:
     Each event has a subject of its own, so one `multi_last` direct get finds them all by
     the server's subject index (a filtered read scans every message of the stream between
     the run's events: with many runs at once, that is most of its cost); a journal of more
-    events than one such get answers is read in stream order from its start."""
+    events than one such get answers is read in stream order from its start (at once when
+    the caller knows it is `long`)."""
     names, messages = client.names, client.connection.messages
     within = names.journal_filter(safe_id(run_id))
-    stored = await messages.lasts(names.workflows_stream, within, after)
+    stored = None if long else await messages.lasts(names.workflows_stream, within, after)
     if stored is None:
         stored = await _scanned(client, run_id, after)
     found: list[Event] = []
