@@ -14,6 +14,7 @@ after a crash (within the duplicate window) carries them out again safely.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections import OrderedDict
@@ -29,6 +30,7 @@ from taskq.workflows import store
 from taskq.workflows.end import finish, mark_waiting
 from taskq.workflows.journal import (
     MAX_EVENTS,
+    WRITERS,
     Definition,
     Event,
     child_id,
@@ -128,8 +130,7 @@ async def _decide_once(
     if timer is not None and not timer.checked:
         timer.checked = True
         if _timer_due(replayer, timer.n):
-            await store.append(client, run_id, Event.make("fired", timer.n), timer.msg_id)
-            replayer.feed(await _news(client, replayer))
+            await _fire(client, replayer, timer)
     if replayer.finished:  # an earlier round ended the run
         return True
     retrying = _retry_pending(events)
@@ -218,6 +219,19 @@ def _timer_due(replayer: Replayer, n: int) -> bool:
             until = command.details.get("until")
             return bool(until) and parse_time(str(until)).timestamp() <= time.time() + SKEW
     return False
+
+
+async def _fire(client: Client, replayer: Replayer, timer: Fired) -> None:
+    """Append the timer's `fired` and feed it: appended only if nothing came after what the
+    replayer saw, it is all that is new (no read); else appended anyway, and read with the
+    rest."""
+    fired = Event.make("fired", timer.n)
+    seq = await store.append_if_last(client, replayer.run_id, fired, timer.msg_id, replayer.seen)
+    if seq is not None:
+        replayer.feed([dataclasses.replace(fired, seq=seq, writer=WRITERS["fired"])])
+        return
+    await store.append(client, replayer.run_id, fired, timer.msg_id)
+    replayer.feed(await _news(client, replayer))
 
 
 async def _news(client: Client, replayer: Replayer) -> list[Event]:

@@ -211,8 +211,7 @@ def _parts(commands: list[Event]) -> list[list[Event]]:
 async def append(client: Client, run_id: str, event: Event, msg_id: str) -> int:
     """Append `event` whatever came before (a step's outcome, a signal, a timer, a cancel),
     deduplicated by `msg_id` (a redelivered writer appends it once, on the same subject)."""
-    key = hashlib.sha256(msg_id.encode()).hexdigest()[:24]
-    subject = client.names.journal_subject(safe_id(run_id), WRITERS[event.kind], key)
+    subject = _subject_of(client, run_id, event, msg_id)
     headers = {"Nats-Msg-Id": msg_id}
     try:
         return await client.connection.records.put(subject, encoded(event), headers=headers)
@@ -224,6 +223,27 @@ async def append(client: Client, run_id: str, event: Event, msg_id: str) -> int:
         if not stored:
             raise
         return stored[0].seq
+
+
+async def append_if_last(
+    client: Client, run_id: str, event: Event, msg_id: str, last_seq: int
+) -> int | None:
+    """Append `event` (deduplicated by `msg_id`) only if the run's last event of any writer
+    is still `last_seq`; its sequence, or None when another came meanwhile."""
+    return await client.connection.records.replace(
+        _subject_of(client, run_id, event, msg_id),
+        encoded(event),
+        last_seq,
+        headers={"Nats-Msg-Id": msg_id},
+        within=client.names.journal_filter(safe_id(run_id)),
+    )
+
+
+def _subject_of(client: Client, run_id: str, event: Event, msg_id: str) -> str:
+    """An appended event's own subject: its key is a digest of its message id, so a
+    writer appending it again (redelivered) writes the same subject."""
+    key = hashlib.sha256(msg_id.encode()).hexdigest()[:24]
+    return client.names.journal_subject(safe_id(run_id), WRITERS[event.kind], key)
 
 
 async def update_summary(
