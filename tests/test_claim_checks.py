@@ -154,6 +154,6 @@ async def test_large_bodies_through_schedules_and_parking_still_run(
             async def no_objects() -> bool:
                 return await chunks(app, app.names.blobs_bucket) == 0
 
-            await wait_until(no_objects, timeout=15)
+            await wait_until(no_objects, timeout=30)
     finally:
         await app.aclose()

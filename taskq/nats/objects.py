@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
+import logging
 from typing import Any
 
 from nats.js import JetStreamContext, api
@@ -12,6 +12,9 @@ from taskq.errors import BrokerError, NotFound, NotProvisioned, PermissionDenied
 from taskq.nats.errors import Guard
 from taskq.records.places import object_context
 from taskq.records.sealing import Sealer
+from taskq.retrying import patiently
+
+log = logging.getLogger("taskq.nats")
 
 
 class Objects:
@@ -72,6 +75,17 @@ class Objects:
         return data if raw else self._sealer.open(data, object_context(bucket, name))
 
     async def delete(self, bucket: str, name: str) -> None:
-        with contextlib.suppress(NotFound, BrokerError), self._guard:
-            store = await self._js.object_store(bucket)
-            await store.delete(name)
+        """Delete an object; gone already is fine. A timeout (a busy server) is retried for
+        a few seconds, then logged: a failure leaves the object behind, nothing worse."""
+
+        async def once() -> None:
+            with self._guard:
+                store = await self._js.object_store(bucket)
+                await store.delete(name)
+
+        try:
+            await patiently(once)
+        except NotFound:
+            return
+        except BrokerError as exc:
+            log.warning("object %s/%s not deleted: %s", bucket, name, exc)
