@@ -64,6 +64,7 @@ class Connection:
         self.blobs = Objects(js, self._guard, self.sealer)
         self.claims = Claims(self.blobs, settings)
         self._pipeline = Pipeline(client, self._guard)
+        self._dropping: set[asyncio.Future[None]] = set()  # orphaned objects being deleted
         self.records = Records(js, self._guard, self.seal)
         self.probes = Probes(client, self._guard)  # taskq doctor: harmless questions
         # closed for good (not by `close`): what waits for an ack fails now, not at its
@@ -130,9 +131,26 @@ class Connection:
         """Send now; returns a future of the server's ack (pipelined publishing): a PubAck,
         or a taskq error (the server's refusal; TransientError when no ack came in time)."""
         body = self.seal(subject, body, headers)
-        if len(body) + HEADROOM > self.max_payload:
-            body, headers = await self._fit(subject, body, headers)
-        return await self._pipeline.send(subject, body, headers, ack_timeout)
+        if len(body) + HEADROOM <= self.max_payload:
+            return await self._pipeline.send(subject, body, headers, ack_timeout)
+        fitted, headers = await self._fit(subject, body, headers)
+        acked = await self._pipeline.send(subject, fitted, headers, ack_timeout)
+        if fitted is not body:  # claim-checked: a duplicate keeps its first copy's object
+            acked.add_done_callback(
+                lambda done: self._drop_if_duplicate(done, fitted, subject, headers)
+            )
+        return acked
+
+    def _drop_if_duplicate(
+        self, acked: asyncio.Future[PubAck], reference: bytes, subject: str, headers: Headers
+    ) -> None:
+        """A claim-checked publish the server took for a duplicate stored nothing: the
+        object made for it is nobody's (a retried move of a fired task made one each)."""
+        if acked.cancelled() or acked.exception() is not None or not acked.result().duplicate:
+            return
+        dropping = asyncio.ensure_future(self.release_claim(reference, subject, headers))
+        self._dropping.add(dropping)
+        dropping.add_done_callback(self._dropping.discard)
 
     async def pull(self, stream: str, durable: str) -> Puller:
         """A puller for an existing durable consumer (NotFound is raised on first use)."""
