@@ -157,3 +157,30 @@ async def test_large_bodies_through_schedules_and_parking_still_run(
             await wait_until(no_objects, timeout=30)
     finally:
         await app.aclose()
+
+
+async def test_a_duplicate_large_publish_leaves_no_object_behind(
+    nats_url: str, prefix: str
+) -> None:
+    """A claim-checked publish the server takes for a duplicate (a retried move, a repeated
+    enqueue under one message id) stores nothing new: the object made for it goes too."""
+    from tests.stored import chunks
+
+    app = App(url=nats_url, prefix=prefix)
+
+    @app.task
+    def big(blob: str) -> int:
+        return len(blob)
+
+    try:
+        first = await big.options(key="same-big").enqueue("x" * TWO_MB)
+        once = await chunks(app, app.names.blobs_bucket)
+        again = await big.options(key="same-big").enqueue("x" * TWO_MB)
+        assert again.duplicate and not first.duplicate
+
+        async def only_the_first() -> bool:
+            return await chunks(app, app.names.blobs_bucket) == once
+
+        await wait_until(only_the_first, timeout=30)
+    finally:
+        await app.aclose()
