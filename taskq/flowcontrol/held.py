@@ -38,7 +38,7 @@ from taskq.ids import safe_id
 from taskq.nats import Delivery, StoredMessage
 from taskq.nats.outbound import check
 from taskq.nats.records import TTL
-from taskq.records.envelope import MSG_ID
+from taskq.records.envelope import MSG_ID, TASK_HEADER, Envelope
 from taskq.records.schedules import SCHEDULE, TARGET, at_expression, delayed_name
 from taskq.retrying import retry_transient
 
@@ -103,6 +103,24 @@ class Holder:
         connection = self.client.connection
         await retry_transient(
             lambda: connection.publish(subject, d.data, sent), what="holding a task"
+        )
+
+    async def store(
+        self, envelope: Envelope, until: datetime, headers: dict[str, str] | None = None
+    ) -> None:
+        """Store a placed `envelope` as its own delayed schedule, due at `until`: what the
+        first worker to receive it with a far `eta` would do, without that delivery (a
+        worker publishing one itself: a durable workflow's timers)."""
+        names = self.client.names
+        sent = {**envelope.headers, **(headers or {})}
+        sent[SCHEDULE] = at_expression(until)
+        sent[TARGET] = names.fired_subject(envelope.subject)
+        sent[MSG_ID] = safe_id(envelope.id)
+        sent[TASK_HEADER] = envelope.task
+        subject, body = self.subject(envelope.id, ""), envelope.encode()
+        connection = self.client.connection
+        await retry_transient(
+            lambda: connection.publish(subject, body, sent), what="storing a delayed task"
         )
 
     async def was_held(self, d: Delivery, task_id: str) -> bool:

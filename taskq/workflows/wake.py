@@ -4,16 +4,19 @@ a step's end, a timer, a signal, a cancel), optionally due later (a durable time
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from taskq.client import Client
-from taskq.records.clock import now_iso
+from taskq.flowcontrol.held import Holder
+from taskq.records.clock import now_iso, parse_time
 from taskq.records.envelope import Envelope
 from taskq.workflows.journal import Event
 from taskq.workflows.state import RunStepState
 
 SKEW = 5.0  # seconds a timer may be taken as due before its time (clocks differ)
+HELD_BEYOND = 2.0  # a due time further ahead is a schedule (a worker waits for nearer ones)
 
 
 @dataclass(frozen=True)
@@ -27,7 +30,9 @@ class Trigger:
 
 
 async def trigger(client: Client, run: RunStepState, cause: Trigger) -> None:
-    """Publish the run's next decision, once per cause."""
+    """Publish the run's next decision, once per cause; one due later than a worker waits
+    for a task goes straight into the queue's timers as a schedule (decisions run on a
+    worker of the run's queue, which may write them), saving a delivery and its hold."""
     envelope = Envelope(
         id=f"{run.id}.d{cause.why}",
         task=run.workflow,
@@ -36,7 +41,12 @@ async def trigger(client: Client, run: RunStepState, cause: Trigger) -> None:
         enqueued_at=now_iso(),
         eta=cause.eta,
     )
-    await client.publish_envelope(envelope, run.queue)
+    due = parse_time(cause.eta) if cause.eta else None
+    if due is None or due.timestamp() - time.time() <= HELD_BEYOND:
+        await client.publish_envelope(envelope, run.queue)
+        return
+    part = await client.place_message(run.queue, envelope.id)
+    await Holder(client, run.queue).store(client.placed(envelope, run.queue, part), due)
 
 
 def _kwargs(cause: Trigger) -> dict[str, Any]:
