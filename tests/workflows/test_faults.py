@@ -66,10 +66,12 @@ def _check_ledger(ledger: Path, run_id: str, steps: int) -> None:
 async def test_a_workflow_survives_worker_kills_and_runs_each_completed_step_once(
     nats_url: str, prefix: str, tmp_path: Path, worker_process: Callable[..., WorkerProcess]
 ) -> None:
+    # 16 steps of 0.5 s, a kill every 0.8 s: the run outlasts three kill-and-restart rounds
+    # however fast its decisions are (12 steps of 0.4 s once finished after two)
     result, kills = await run_with_kills(
-        nats_url, prefix, tmp_path, worker_process, steps=12, seconds=0.4, every=1.0
+        nats_url, prefix, tmp_path, worker_process, steps=16, seconds=0.5, every=0.8
     )
-    assert result == sum(range(12)) and kills >= 3
+    assert result == sum(range(16)) and kills >= 3, kills
 
 
 @pytest.mark.slow
