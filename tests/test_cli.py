@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import psutil
@@ -150,7 +151,7 @@ def assert_workflow_run(out: str) -> str:
     return run_id
 
 
-def test_demo_without_spark_and_its_workflow_run_in_taskq_workflows() -> None:
+def test_demo_without_spark_serves_its_dashboard_and_workflow_run_until_ctrl_c() -> None:
     demo = ["demo", "--no-spark", "--tasks", "5", "--dashboard", "--dashboard-port", "0"]
     proc = subprocess.Popen(
         [sys.executable, "-m", "taskq", *demo],
@@ -169,6 +170,10 @@ def test_demo_without_spark_and_its_workflow_run_in_taskq_workflows() -> None:
             told.append(line)
         text = "".join(told)
         assert "succeeded      8" in text and "spark    skipped" in text, text
+        # the system keeps running under the dashboard it names
+        url = next(line.split()[1] for line in told if line.startswith("dashboard "))
+        with urllib.request.urlopen(url + "api/", timeout=10) as reply:
+            assert b'"queue": "default"' in reply.read()
         run_id = assert_workflow_run(text)
         # `workflows  taskq --url URL --prefix demo workflows ls`: the command it names works
         command = told[-1].split()[1:]

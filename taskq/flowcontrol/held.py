@@ -96,32 +96,32 @@ class Holder:
         """Store the held copy of delivery `d` (due at `until`, to `target`); the caller
         acknowledges `d` after this returns."""
         sent = {**carried(d.raw_headers), **headers}
-        sent[SCHEDULE] = at_expression(until)
-        sent[TARGET] = self.client.names.fired_subject(target)
         sent[MSG_ID] = commit_id(task_id, d.stream, d.seq, d.num_delivered)
         subject = self.subject(task_id, limit)
-        connection = self.client.connection
-        await retry_transient(
-            lambda: connection.publish(subject, d.data, sent), what="holding a task"
-        )
+        await self._schedule(subject, d.data, sent, until, target, "holding a task")
 
-    async def store(
-        self, envelope: Envelope, until: datetime, headers: dict[str, str] | None = None
-    ) -> None:
+    async def store(self, envelope: Envelope, until: datetime) -> None:
         """Store a placed `envelope` as its own delayed schedule, due at `until`: what the
         first worker to receive it with a far `eta` would do, without that delivery (a
         worker publishing one itself: a durable workflow's timers)."""
-        names = self.client.names
-        sent = {**envelope.headers, **(headers or {})}
-        sent[SCHEDULE] = at_expression(until)
-        sent[TARGET] = names.fired_subject(envelope.subject)
-        sent[MSG_ID] = safe_id(envelope.id)
-        sent[TASK_HEADER] = envelope.task
+        sent = {**envelope.headers, MSG_ID: safe_id(envelope.id), TASK_HEADER: envelope.task}
         subject, body = self.subject(envelope.id, ""), envelope.encode()
+        await self._schedule(subject, body, sent, until, envelope.subject, "storing a delayed task")
+
+    async def _schedule(
+        self,
+        subject: str,
+        body: bytes,
+        headers: dict[str, str],
+        until: datetime,
+        target: str,
+        what: str,
+    ) -> None:
+        """Publish `body` as a schedule on `subject` firing at `until` onto `target`."""
+        sent = {**headers, SCHEDULE: at_expression(until)}
+        sent[TARGET] = self.client.names.fired_subject(target)
         connection = self.client.connection
-        await retry_transient(
-            lambda: connection.publish(subject, body, sent), what="storing a delayed task"
-        )
+        await retry_transient(lambda: connection.publish(subject, body, sent), what=what)
 
     async def was_held(self, d: Delivery, task_id: str) -> bool:
         """True when the previous delivery of this message was held (its schedule stored)

@@ -79,12 +79,14 @@ async def _commands_at(client: Client, run: RunStepState) -> list[Event]:
         _kept.move_to_end(key)
         return found
     names = client.names
-    subject = names.journal_filter(safe_id(run.id))
-    stored = await client.connection.messages.batch(names.workflows_stream, run.at, 1, subject)
+    # read by sequence alone: a filtered read from a sequence another run (or no run) holds
+    # would scan the stream on to the next match, for any number a message names
+    stored = await client.connection.messages.get(names.workflows_stream, run.at)
+    home = names.journal_filter(safe_id(run.id)).removesuffix("*.*")
     commands: list[Event] = []
-    if stored and stored[0].seq == run.at:
+    if stored is not None and stored.subject.startswith(home):
         try:
-            event = store.decoded(stored[0].data, run.at, stored[0].subject)
+            event = store.decoded(stored.data, run.at, stored.subject)
         except DecodeError:
             event = None
         if event is not None and event.kind in ("decided", "chunk"):

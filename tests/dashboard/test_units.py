@@ -4,12 +4,9 @@ workflow ids; and `taskq demo --dashboard`."""
 
 from __future__ import annotations
 
-import signal
 import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from datetime import UTC, datetime
 
 import pytest
@@ -170,34 +167,6 @@ def test_workflow_ids() -> None:
     assert workflow_id_of("01ABC.cb") == "01ABC"
     assert workflow_id_of("01ABC") == "01ABC"
     assert workflow_id_of("order.shipping") == "order.shipping"
-
-
-def test_demo_keeps_running_under_the_dashboard_until_ctrl_c() -> None:
-    demo = ["demo", "--no-spark", "--tasks", "20", "--dashboard", "--dashboard-port", "0"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "taskq", *demo],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        url = ""
-        deadline = time.monotonic() + 60
-        while not url and time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            assert line, "the demo ended before serving the dashboard"
-            if line.startswith("dashboard "):
-                url = line.split()[1]
-        with urllib.request.urlopen(url + "api/", timeout=10) as reply:
-            assert b'"queue": "default"' in reply.read()
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(20) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def test_demo_points_at_the_dashboard() -> None:
