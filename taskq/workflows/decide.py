@@ -131,33 +131,64 @@ async def _decide_once(
         timer.checked = True
         if _timer_due(replayer, timer.n):
             await _fire(client, replayer, timer)
-    if replayer.finished:  # an earlier round ended the run
-        return True
     retrying = _retry_pending(events)
-    round_ = _round(replayer, force=retrying)
+    round_ = None if replayer.finished else _round(replayer, force=retrying)
     if round_ is None:
+        if redelivered:  # its decision may have died before carrying its round out
+            await _carry_out_again(client, definition, run_id, replayer)
         KEPT.keep(replayer)
         return True
-    try:
-        recorded = await store.record_round(client, run_id, round_, replayer.written)
-    except PayloadTooLarge as exc:  # one command alone is too large: the run cannot go on
-        round_ = Event.make("decided", upto=replayer.seen, at=time.time(), commands=[])
-        round_.details["end"] = {"state": "failed", "error": _error(exc)}
-        seq = await store.append_after(client, run_id, round_, replayer.written)
-        recorded = None if seq is None else store.Recorded(seq, [])
+    recorded = await _record(client, run_id, round_, replayer)
     if recorded is None:
         replayer.close()  # another decision recorded first: start over from the journal
         return False
-    replayer.recorded.extend(recorded.commands)
-    replayer.written = recorded.seq
-    replayer.own.add(recorded.seq)
-    replayer.finished = "end" in round_.details
     commands = recorded.commands
     if redelivered or retrying:  # the crash may have come before earlier rounds' were sent
-        commands = [c for c in replayer.recorded if replayer.outcome(c) is None]
+        commands = _unresolved(replayer)
     await _carry_out(client, definition, run_id, round_, replayer, commands)
     KEPT.keep(replayer)  # the next decision here replays only what is new
     return True
+
+
+async def _record(
+    client: Client, run_id: str, round_: Event, replayer: Replayer
+) -> store.Recorded | None:
+    """Append the round after what the replayer saw (None: another decision came first);
+    the replayer then knows it as its own."""
+    try:
+        recorded = await store.record_round(client, run_id, round_, replayer.written)
+    except PayloadTooLarge as exc:  # one command alone is too large: the run cannot go on
+        round_.details.update(commands=[], end={"state": "failed", "error": _error(exc)})
+        seq = await store.append_after(client, run_id, round_, replayer.written)
+        recorded = None if seq is None else store.Recorded(seq, [])
+    if recorded is not None:
+        replayer.recorded.extend(recorded.commands)
+        replayer.written = recorded.seq
+        replayer.own.add(recorded.seq)
+        if "end" in round_.details:
+            replayer.finished, replayer.end = True, dict(round_.details["end"])
+    return recorded
+
+
+async def _carry_out_again(
+    client: Client, definition: Definition, run_id: str, replayer: Replayer
+) -> None:
+    """A redelivered decision with nothing new to record: what the journal's rounds say
+    is done again (its worker may have died between recording a round and carrying it
+    out), every publish deduplicated: the run's end, or its commands still unresolved."""
+    if replayer.end is not None:
+        await finish(client, definition, run_id, replayer.end, replayer)
+    elif not replayer.finished:
+        await _carry_out(client, definition, run_id, _NOTHING, replayer, _unresolved(replayer))
+
+
+_NOTHING = Event.make("decided", commands=[])  # no new round: only what is recorded goes out
+
+
+def _unresolved(replayer: Replayer) -> list[Event]:
+    """The recorded commands still without their outcome: a decision redelivered after a
+    crash publishes them again (each publish deduplicated by the command's id)."""
+    return [c for c in replayer.recorded if replayer.outcome(c) is None]
 
 
 async def _load(

@@ -116,6 +116,7 @@ class Replayer:
     seen: int = 0  # the last journal sequence fed in
     broken: NonDeterminism | None = None  # kept apart: workflow code may catch Exception
     finished: bool = False  # a recorded round ended the run: nothing is left to decide
+    end: dict[str, Any] | None = None  # ...and how (the round's `end`)
     retries: int = 0  # how often the run was retried (its steps' ids end in `r<retries>`)
     written: int = 0  # the last workers' event seen (a round is appended after it, or not)
     own: set[int] = field(default_factory=set)  # rounds this replayer recorded itself
@@ -171,7 +172,8 @@ class Replayer:
                 continue  # recorded by this replayer: its commands are made already
             if event.kind == "decided":
                 event = joined(event, self._chunks) if event.details.get("chunks") else event
-                self.finished = self.finished or "end" in event.details
+                if "end" in event.details and not self.finished:
+                    self.finished, self.end = True, dict(event.details["end"])
                 upto = int(event.details.get("upto", 0))
                 self._show([e for e in events if self.seen < e.seq <= upto])
                 self.seen = max(self.seen, upto)

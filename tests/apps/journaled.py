@@ -14,9 +14,11 @@ from typing import Any
 import taskq
 import taskq.workers.writes as writes
 from taskq import App, Workflow
+from taskq.workflows import store
 
 app = App()
 _journaled = writes.step_ended
+_recorded = store.record_round
 
 
 async def _die_after_journal(client: Any, envelope: Any, decision: Any, outcome: Any) -> None:
@@ -24,8 +26,20 @@ async def _die_after_journal(client: Any, envelope: Any, decision: Any, outcome:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+async def _die_after_round(client: Any, run_id: str, round_: Any, written: int) -> Any:
+    recorded = await _recorded(client, run_id, round_, written)
+    wanted = os.environ["TASKQ_TEST_DIE_AFTER_ROUND"]
+    if recorded is not None and (
+        recorded.commands if wanted == "commands" else "end" in round_.details
+    ):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return recorded
+
+
 if os.environ.get("TASKQ_TEST_DIE_AFTER_JOURNAL"):
     writes.step_ended = _die_after_journal
+if os.environ.get("TASKQ_TEST_DIE_AFTER_ROUND"):
+    store.record_round = _die_after_round
 
 
 def note(line: str) -> None:

@@ -140,3 +140,30 @@ async def test_a_step_whose_worker_died_after_journaling_it_is_not_run_again(
     starts = [line for line in ledger.read_text().splitlines() if line.startswith("start")]
     assert starts == [f"start {run.id}.0 1"]
     await journaled.app.aclose()
+
+
+@pytest.mark.parametrize("dies_after", ["commands", "end"])
+async def test_a_decision_whose_worker_died_after_recording_its_round_is_carried_out(
+    nats_url: str,
+    prefix: str,
+    tmp_path: Path,
+    worker_process: Callable[..., WorkerProcess],
+    dies_after: str,
+) -> None:
+    # Given a worker that dies right after a decision recorded its round (its steps, or the
+    # run's end), before publishing the steps (or writing the result)
+    ledger = tmp_path / "ledger.txt"
+    env = {"TASKQ_TEST_LEDGER": str(ledger)}
+    journaled.app.configure(url=nats_url, prefix=prefix)
+    dying = worker_process(SPEC, env={**env, "TASKQ_TEST_DIE_AFTER_ROUND": dies_after})
+    await dying.wait_ready()
+    run = await journaled.steps.start(2, 0.0)
+    await wait_until(lambda: dying.proc.poll() is not None, timeout=30)
+    # When another worker gets the decision's message again (nothing new in the journal)
+    healthy = worker_process(SPEC, env=env)
+    await healthy.wait_ready()
+    # Then it carries the recorded round out: the run goes on and ends, each step ran once
+    assert await run.result(timeout=30) == 1
+    starts = sorted(line for line in ledger.read_text().splitlines() if line.startswith("start"))
+    assert starts == [f"start {run.id}.0 1", f"start {run.id}.1 1"]
+    await journaled.app.aclose()
