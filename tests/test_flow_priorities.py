@@ -53,11 +53,13 @@ async def test_lower_levels_still_run_under_a_stream_of_higher_ones(app: App) ->
         await work.options(priority=level).enqueue_many([[level]] * 20)
     async with running_worker(app, concurrency=2):
         await wait_until(lambda: len(ran) == 80, timeout=30)
-    # Then the levels ran highest first (the default level's loop may take a task or two
-    # before the worker first looked at the levels, within half a second of its start)
+    # Then the levels ran highest first. The default level (5) has a loop of its own, which
+    # takes tasks from its start, before the worker first looks at the levels: on a loaded
+    # machine a good part of its twenty, so the order is judged among the other levels
     firsts = {level: ran.index(level) for level in (0, 3, 9)}
     assert firsts[9] < firsts[3] < firsts[0], ran
-    assert sum(ran[:20]) / 20 > 7 and sum(ran[-20:]) / 20 < 1, ran
+    levels = [level for level in ran if level != 5]
+    assert sum(levels[:20]) / 20 > 8 and sum(levels[-20:]) / 20 < 1, ran
 
 
 async def test_priority_options_are_checked(app: App) -> None:
