@@ -1,7 +1,11 @@
-"""Bulk enqueue: many task messages published pipelined (publish now, collect the acks after).
+"""Bulk enqueue: many task messages published at once, as atomic batches where the stream
+allows them, else pipelined (publish now, collect the acks after).
 
-Each message still has its own `Nats-Msg-Id`, which makes re-publishing one whose ack was
-lost safe.
+An atomic batch (ADR-50) is stored all or none with one write to disk: with the server
+syncing every write (`sync_interval: always`), one fsync per batch, not per message. Each
+message still has its own `Nats-Msg-Id`, so publishing a message again is safe either way;
+a batch the server refuses (one of its ids is a duplicate, too many batches in flight, a
+stream made without atomic publishes) is published again message by message, pipelined.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from taskq.records.envelope import MSG_ID, TASK_HEADER, Envelope
 from taskq.retrying import retry_transient
 
 WINDOW = 2048  # acks outstanding at once: bounds memory and the server's pending replies
+BATCH = 1000  # messages per atomic batch: nats-server's default ceiling (limits.batch.max_msgs)
 
 
 def split(item: Any) -> tuple[list[Any], dict[str, Any]]:
@@ -29,24 +34,91 @@ def split(item: Any) -> tuple[list[Any], dict[str, Any]]:
     return [item], {}
 
 
-async def publish_many(client: Client, envelopes: list[Envelope]) -> list[Published]:
-    """Publish placed envelopes (each with its `subject`) pipelined; results in order."""
-    published: list[Published] = []
-    for start in range(0, len(envelopes), WINDOW):
-        chunk = envelopes[start : start + WINDOW]
-        acks = await _publish_chunk(client, chunk)
-        published += [
-            Published(e.id, e.task, e.queue, a.seq, a.duplicate)
-            for e, a in zip(chunk, acks, strict=True)
-        ]
-    return published
+async def publish_many(
+    client: Client, envelopes: list[Envelope], streams: list[str] | None = None
+) -> list[Published]:
+    """Publish placed envelopes (each with its `subject`; `streams`: the stream each goes
+    to, which makes atomic batches of those bound for one stream); results in order."""
+    acks: list[PubAck | None] = [None] * len(envelopes)
+    if streams is not None:
+        await _in_batches(client, envelopes, streams, acks)
+    rest = [i for i, ack in enumerate(acks) if ack is None]
+    for start in range(0, len(rest), WINDOW):
+        window = rest[start : start + WINDOW]
+        sent = await _pipelined(client, [envelopes[i] for i in window])
+        for i, ack in zip(window, sent, strict=True):
+            acks[i] = ack
+    return [
+        Published(e.id, e.task, e.queue, a.seq, a.duplicate)
+        for e, a in zip(envelopes, acks, strict=True)
+        if a is not None
+    ]
+
+
+async def _in_batches(
+    client: Client, envelopes: list[Envelope], streams: list[str], acks: list[PubAck | None]
+) -> None:
+    """Publish the envelopes as atomic batches per stream, a window of batches at a time;
+    fills `acks` for the batches stored (the others are left to the pipelined path)."""
+    batches = [
+        members[start : start + BATCH]
+        for members in _by_stream(streams, client.unbatched)
+        for start in range(0, len(members), BATCH)
+    ]
+    per_window = max(1, WINDOW // BATCH)
+    for start in range(0, len(batches), per_window):
+        window = batches[start : start + per_window]
+        sent = [(members, await _send_batch(client, envelopes, members)) for members in window]
+        for members, waiting in sent:
+            ack = await _batch_ack(client, streams[members[0]], waiting)
+            if ack is not None:  # consecutive sequences, ending at the commit's
+                first = ack.seq - len(members) + 1
+                for k, i in enumerate(members):
+                    acks[i] = PubAck(ack.stream, first + k, False)
+
+
+def _by_stream(streams: list[str], unbatched: set[str]) -> list[list[int]]:
+    """The envelopes' indexes grouped by their stream, in order (streams known to refuse
+    atomic batches left out)."""
+    groups: dict[str, list[int]] = {}
+    for i, stream in enumerate(streams):
+        if stream not in unbatched:
+            groups.setdefault(stream, []).append(i)
+    return list(groups.values())
+
+
+async def _send_batch(
+    client: Client, envelopes: list[Envelope], members: list[int]
+) -> asyncio.Future[PubAck] | None:
+    messages = [
+        (envelopes[i].subject, envelopes[i].encode(), _headers(envelopes[i])) for i in members
+    ]
+    return await client.connection.publish_atomic(messages)
+
+
+async def _batch_ack(
+    client: Client, stream: str, waiting: asyncio.Future[PubAck] | None
+) -> PubAck | None:
+    """The batch's commit ack, or None: not sent, or refused (a stream that does not
+    allow atomic publishes is not sent batches again by this client)."""
+    if waiting is None:
+        return None
+    try:
+        return await waiting
+    except TaskqError as exc:
+        if getattr(exc, "code", None) == ATOMIC_DISABLED:
+            client.unbatched.add(stream)
+        return None
+
+
+ATOMIC_DISABLED = 10174  # JSAtomicPublishDisabledErr: the stream was made without it
 
 
 def _headers(envelope: Envelope) -> dict[str, str]:
     return {**envelope.headers, MSG_ID: safe_id(envelope.id), TASK_HEADER: envelope.task}
 
 
-async def _publish_chunk(client: Client, chunk: list[Envelope]) -> list[PubAck]:
+async def _pipelined(client: Client, chunk: list[Envelope]) -> list[PubAck]:
     connection = client.connection
     waits: list[Awaitable[PubAck]] = []
     for envelope in chunk:

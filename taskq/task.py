@@ -293,7 +293,8 @@ class TaskCall:
             await app.middleware.enqueue(placed, stage)
         if len(staged) != len(envelopes):
             raise _dropped(task.name)
-        return [TaskHandle.of(p, app) for p in await publish_many(client, staged)]
+        streams = [client.names.queue_stream(queue, part) for part in parts]
+        return [TaskHandle.of(p, app) for p in await publish_many(client, staged, streams)]
 
 
 @dataclass(frozen=True)

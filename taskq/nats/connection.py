@@ -33,6 +33,8 @@ from taskq.records.places import Headers, Places, Seals, shares_its_object
 from taskq.settings import Settings
 
 Handler = Callable[[str, bytes], Awaitable[None]]
+# an atomic batch's headers (ADR-50): its id, each message's place in it, and its commit
+BATCH_ID, BATCH_SEQUENCE, BATCH_COMMIT = "Nats-Batch-Id", "Nats-Batch-Sequence", "Nats-Batch-Commit"
 
 
 class Connection:
@@ -140,6 +142,27 @@ class Connection:
                 lambda done: self._drop_if_duplicate(done, fitted, subject, headers)
             )
         return acked
+
+    async def publish_atomic(
+        self, messages: list[tuple[str, bytes, dict[str, str]]], ack_timeout: float = 5.0
+    ) -> asyncio.Future[PubAck] | None:
+        """Send `messages` (subject, body, headers; all bound for one stream that allows
+        atomic publishes) as one atomic batch (ADR-50): the server stores all or none,
+        with one write to disk. The future holds the commit's ack (its `seq` the last
+        message's; they are consecutive) or the refusal. None, sending nothing, when a
+        body is too large for one message (claim checks are for single publishes)."""
+        sealed = [self.seal(subject, body, headers) for subject, body, headers in messages]
+        if not sealed or any(len(body) + HEADROOM > self.max_payload for body in sealed):
+            return None
+        batch = uuid.uuid4().hex
+        marked = [
+            (subject, body, {**headers, BATCH_ID: batch, BATCH_SEQUENCE: str(n)})
+            for n, ((subject, _, headers), body) in enumerate(zip(messages, sealed, strict=True), 1)
+        ]
+        subject, body, commit = marked.pop()
+        commit[BATCH_COMMIT] = "1"
+        await self._pipeline.send_unanswered(marked)
+        return await self._pipeline.send(subject, body, commit, ack_timeout, batched=True)
 
     def _drop_if_duplicate(
         self, acked: asyncio.Future[PubAck], reference: bytes, subject: str, headers: Headers

@@ -13,6 +13,9 @@ nats-py (pinned to the tested range in pyproject.toml) has no public API for the
   server read them; `taskq doctor`'s probes first wait for the queue to be written.
 - `Client._server_info`: the INFO the connected server sent (version, cluster, TLS, auth),
   which `taskq doctor` reports; nats-py exposes only the version of it.
+- `Client._send_command` / `_flush_queue`: an atomic batch's messages before its commit are
+  queued as one protocol buffer (`write_many`), encoded in one pass by taskq, instead of
+  nats-py's header regex, translate and buffer work per message (40% of a bulk enqueue).
 
 `check_client` and `check_subscription` verify them on live objects, so a nats-py upgrade that
 changes any of them fails loudly at connect (and in tests/test_nats_internals.py) instead
@@ -25,6 +28,7 @@ import asyncio
 import dataclasses
 from typing import Any
 
+import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
@@ -67,6 +71,26 @@ async def write_pending(client: Client) -> None:
     await client._flush_pending(force_flush=True)
 
 
+async def write_many(client: Client, frames: bytes, messages: int) -> None:
+    """Queue ready protocol frames (`messages` HPUBs, encoded by the caller) for the
+    socket, as nats-py's `publish` queues one: refused when closed or draining, buffered
+    while reconnecting within its pending limit, and flushed by its flusher task."""
+    if client.is_closed:
+        raise nats.errors.ConnectionClosedError
+    if client.is_draining_pubs:
+        raise nats.errors.ConnectionDrainingError
+    if not client.is_connected and (
+        client._max_pending_size <= 0
+        or len(frames) + client._pending_data_size > client._max_pending_size
+    ):
+        raise nats.errors.OutboundBufferLimitError
+    client.stats["out_msgs"] += messages
+    client.stats["out_bytes"] += len(frames)
+    await client._send_command(frames)
+    if client._flush_queue is not None and client._flush_queue.empty():
+        await client._flush_pending()
+
+
 def check_client(client: Client) -> None:
     """Raise BrokerError if this nats-py's Client or Msg lack what taskq relies on."""
     if not hasattr(client, "_err"):
@@ -75,6 +99,11 @@ def check_client(client: Client) -> None:
         _changed("Client._server_info")
     if not callable(getattr(client, "_flush_pending", None)):
         _changed("Client._flush_pending")
+    if not callable(getattr(client, "_send_command", None)):
+        _changed("Client._send_command")
+    for name in ("_flush_queue", "_max_pending_size", "_pending_data_size"):
+        if not hasattr(client, name):
+            _changed(f"Client.{name}")
     if "_ackd" not in {f.name for f in dataclasses.fields(Msg)}:
         _changed("Msg._ackd")
 

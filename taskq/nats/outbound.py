@@ -19,6 +19,7 @@ MAX_SUBJECT = 1024  # well inside the server's 4 KiB control line, with a reply 
 _TOKEN = r"[!-)+-\-/-=?-~\u00a0-\U0010ffff]+"
 _SUBJECT = re.compile(rf"{_TOKEN}(?:\.{_TOKEN})*")
 _BREAKS = re.compile(r"[\r\n\x00]")
+_NAME = re.compile(r"[!-9;-~]+")  # a header name: printable, no space, no colon
 
 
 def check(subject: str, headers: dict[str, str] | None = None) -> None:
@@ -28,5 +29,5 @@ def check(subject: str, headers: dict[str, str] | None = None) -> None:
         raise UnsafeName("subject", subject)
     if headers:
         for name, value in headers.items():
-            if _BREAKS.search(value) or _BREAKS.search(name) or ":" in name:
+            if _BREAKS.search(value) or not _NAME.fullmatch(name):
                 raise UnsafeName(f"header {name[:40]!r}", value)

@@ -28,6 +28,20 @@ from taskq.nats.types import PubAck
 STATUS = "Status"
 NO_RESPONDERS = "503"  # no stream listens on the subject (or it is being elected)
 SWEEP = 0.25  # how often publishes past their ack deadline are failed
+BATCH_HEADERS = "nats-batch-"  # an atomic batch's id, sequence and commit (ADR-50)
+
+
+def header_block(headers: dict[str, str]) -> bytes:
+    """A message's NATS header block (`check` has vetted every name and value)."""
+    lines = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+    return f"NATS/1.0\r\n{lines}\r\n".encode()
+
+
+def unbatched(headers: dict[str, str]) -> dict[str, str]:
+    """`headers` without an atomic batch's (the same dict when it has none: the usual)."""
+    if not any(name[:11].lower() == BATCH_HEADERS for name in headers):
+        return headers
+    return {k: v for k, v in headers.items() if k[:11].lower() != BATCH_HEADERS}
 
 
 class Pipeline:
@@ -45,11 +59,22 @@ class Pipeline:
         self._sweep: asyncio.TimerHandle | None = None
 
     async def send(
-        self, subject: str, body: bytes, headers: dict[str, str] | None, ack_timeout: float
+        self,
+        subject: str,
+        body: bytes,
+        headers: dict[str, str] | None,
+        ack_timeout: float,
+        *,
+        batched: bool = False,
     ) -> asyncio.Future[PubAck]:
         """Publish now; the future holds the server's PubAck, or a taskq error: the
         server's refusal, or TransientError when no ack came within `ack_timeout`. An
-        unsafe subject or header raises UnsafeName at once, before anything is sent."""
+        unsafe subject or header raises UnsafeName at once, before anything is sent.
+        Unless `batched` (an atomic batch's commit), atomic batch headers are dropped: a
+        stored message keeps its batch's, and one published again with them (a retry, a
+        requeued dead letter) would be taken for an uncommitted batch and never stored."""
+        if headers and not batched:
+            headers = unbatched(headers)
         check(subject, headers)
         if not self._prefix:
             await self._open()
@@ -70,6 +95,21 @@ class Pipeline:
             self._waiting.pop(token, None)
             raise
         return future
+
+    async def send_unanswered(self, messages: list[tuple[str, bytes, dict[str, str]]]) -> None:
+        """Publish now, with no reply subject: an atomic batch's messages before its commit
+        (the commit's ack, or its error, answers for the whole batch). Each is checked as a
+        single publish is, then all are written as one protocol buffer."""
+        frames = bytearray()
+        for subject, body, headers in messages:
+            check(subject, headers)
+            block = header_block(headers)
+            frames += b"HPUB %b %d %d\r\n" % (subject.encode(), len(block), len(block) + len(body))
+            frames += block
+            frames += body
+            frames += b"\r\n"
+        with self._guard:
+            await internals.write_many(self._nc, bytes(frames), len(messages))
 
     async def _open(self) -> None:
         """Subscribe to the replies once (concurrent first users wait for the one doing it)."""

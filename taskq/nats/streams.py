@@ -314,6 +314,7 @@ def stream_config(spec: StreamSpec) -> api.StreamConfig:
         allow_msg_schedules=True if spec.schedules else None,
         allow_msg_ttl=True if spec.msg_ttl else None,
         allow_msg_counter=True if spec.counters else None,
+        allow_atomic=True if spec.atomic else None,
         max_msgs_per_subject=spec.max_msgs_per_subject,
         discard=api.DiscardPolicy.NEW if spec.refuse_when_full else api.DiscardPolicy.OLD,
         discard_new_per_subject=spec.refuse_when_full,

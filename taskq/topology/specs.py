@@ -35,6 +35,7 @@ class StreamSpec:
     # a subject at max_msgs_per_subject refuses new messages (instead of dropping its oldest)
     refuse_when_full: bool = False
     max_msg_size: int = -1  # bytes one message may have, at most (-1: the server's max)
+    atomic: bool = False  # atomic batch publishes (ADR-50): bulk enqueue, one fsync a batch
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,7 @@ def queue_stream(
         replicas=settings.replicas,
         duplicate_window=settings.duplicate_window,
         description=f"taskq queue {queue!r}{where}",
+        atomic=True,
     )
 
 
