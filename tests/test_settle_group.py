@@ -92,3 +92,36 @@ async def test_no_more_verdicts_wait_for_their_writes_than_the_window(app: App) 
     for n, handle in enumerate(handles):
         record = await fetch(app, handle.id)
         assert record is not None and (record.state, record.result) == ("succeeded", n * n)
+
+
+async def test_a_group_s_records_go_as_one_batch_or_one_by_one_and_all_are_stored(
+    app: App, nats_url: str
+) -> None:
+    """Given a results bucket that takes atomic batches, then one an operator made without
+    them, when tasks settle in groups, then every record is stored either way, and the
+    bucket that refused a batch is sent none again (its records go one by one)."""
+    import nats
+
+    @app.task
+    async def square(n: int) -> int:
+        return n * n
+
+    for refusing in (False, True):
+        if refusing:
+            nc = await nats.connect(nats_url)
+            js = nc.jetstream()
+            config = (await js.stream_info(f"KV_{app.names.results_bucket}")).config
+            assert config.allow_atomic  # made by this taskq: it takes them
+            config.allow_atomic = False
+            await js.update_stream(config)
+            await nc.close()
+        handles = await square.enqueue_many(range(200))
+        async with running_worker(app, concurrency=32) as worker:
+            assert worker._parts is not None
+            worker._parts.settler.batches.cost = {True: 0.0, False: 1.0}  # batches, please
+            await wait_until(lambda: worker.stats["succeeded"] == 200, timeout=30)
+            kv = worker._parts.settler.client.connection.kv
+            assert (app.names.results_bucket in kv.unbatched) is refusing
+        for n, handle in enumerate(handles):
+            record = await fetch(app, handle.id)
+            assert record is not None and record.result == n * n

@@ -61,6 +61,7 @@ async def provision(app: App, client: Client, queues: list[str]) -> Provisioned:
         await ensure(client)
     if app.workflows:  # durable workflows: their journals and run summaries
         await ensure_workflows(client)
+    await client.connection.kv.allow_atomic(names.results_bucket)  # one made earlier
     blobs = await client.connection.claims.provision()
     return Provisioned(
         queues=list(queues),

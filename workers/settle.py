@@ -41,7 +41,8 @@ from taskq.workers.admission import Admission
 from taskq.workers.job import Job
 from taskq.workers.logs import BUFFERED, SETTLED, write_direct
 from taskq.workers.progress import ProgressWriter
-from taskq.workers.writes import Writes, send, store, writes_for
+from taskq.workers.record_batches import RecordBatches
+from taskq.workers.writes import Writes, send, send_group, store, writes_for
 
 log = logging.getLogger("taskq.worker")
 Sent = tuple[Awaitable[PubAck] | None, Awaitable[PubAck] | None]  # a record's, a letter's ack
@@ -82,6 +83,7 @@ class Settler:
         self.peak = 0
         self.groups = 0  # groups settled (bench/breakdown.py reports the mean size)
         self.grouped = 0
+        self.batches = RecordBatches()  # a group's records: one atomic batch, or one by one
         self._room = asyncio.Event()
         self._room.set()
 
@@ -153,12 +155,27 @@ class Settler:
     async def _settle_group(self, group: list[Verdict]) -> None:
         """Publish every write of the group now, then settle each message once its own
         writes are stored; a verdict whose write failed is written again alone."""
-        sent = [await self._send(verdict) for verdict in group]
-        for verdict, acks in zip(group, sent, strict=True):
-            if await _stored(verdict.job, acks):
+        records = sum(1 for v in group if v.writes.record is not None)
+        batched = self.batches.pick(records)
+        began = time.monotonic()
+        sent = await self._send_group(group, batched)
+        stored = [await _stored(v.job, acks) for v, acks in zip(group, sent, strict=True)]
+        self.batches.observe(batched, records, time.monotonic() - began)
+        for verdict, ok in zip(group, stored, strict=True):
+            if ok:
                 await self._guarded(self._finish, verdict)
             else:  # its message waits until its writes are stored (or comes back)
                 self._spawn(self._guarded(self.settle_alone, verdict))
+
+    async def _send_group(self, group: list[Verdict], batched: bool) -> list[Sent | None]:
+        """The group's writes sent (its records as one batch when `batched`); one by one
+        when sending them together failed before anything was answered (not connected)."""
+        if not batched:
+            return [await self._send(verdict) for verdict in group]
+        try:
+            return list(await send_group(self.client, [(v.job, v.writes) for v in group]))
+        except Exception:
+            return [await self._send(verdict) for verdict in group]
 
     async def _send(self, verdict: Verdict) -> Sent | None:
         try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from dataclasses import dataclass
 
+from taskq.bulk import BATCH
 from taskq.client import Client
 from taskq.dlq.record import ErrorInfo, make_record
 from taskq.dlq.write import Letter, prepare
@@ -61,6 +62,33 @@ async def send(
     if writes.letter is not None:
         letter = await send_letter(client, writes.letter)
     return record, letter
+
+
+async def send_group(
+    client: Client, verdicts: list[tuple[Job, Writes]]
+) -> list[tuple[Awaitable[PubAck] | None, Awaitable[PubAck] | None]]:
+    """Publish a settle group's writes now: its result records as one atomic batch where
+    the results bucket takes them (one write to disk for the group), else each pipelined;
+    each dead letter pipelined. Per verdict, the acks of its record and its letter (a
+    refused batch fails each record, which its verdict then writes again alone)."""
+    keyed = [
+        (i, safe_id(job.envelope.id), writes.record)
+        for i, (job, writes) in enumerate(verdicts)
+        if job.envelope is not None and writes.record is not None
+    ]
+    kv, bucket = client.connection.kv, client.names.results_bucket
+    batched: dict[int, Awaitable[PubAck]] = {}
+    if len(keyed) > 1:
+        for start in range(0, len(keyed), BATCH):
+            chunk = keyed[start : start + BATCH]
+            ack = await kv.put_batch(bucket, [(key, record) for _, key, record in chunk])
+            batched.update((i, ack) for i, _, _ in chunk if ack is not None)
+    sent = []
+    for i, (job, writes) in enumerate(verdicts):
+        alone = Writes(None if i in batched else writes.record, writes.letter)
+        record, letter = await send(client, job, alone)
+        sent.append((batched.get(i, record), letter))
+    return sent
 
 
 async def store(

@@ -62,6 +62,7 @@ class Connection:
             self.seal,
             self.opened,
             self.messages,
+            self.publish_atomic,
         )
         self.blobs = Objects(js, self._guard, self.sealer)
         self.claims = Claims(self.blobs, settings)

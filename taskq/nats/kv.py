@@ -28,7 +28,13 @@ from taskq.retrying import patiently
 from taskq.topology.specs import BucketSpec
 
 Publish = Callable[[str, bytes], Awaitable[Awaitable[PubAck]]]
+PublishAtomic = Callable[
+    [list[tuple[str, bytes, dict[str, str]]]], Awaitable["asyncio.Future[PubAck] | None"]
+]
 Subscribe = Callable[[str, Callable[[str, bytes], Awaitable[None]]], Awaitable[Any]]
+
+
+ATOMIC_DISABLED = 10174  # JSAtomicPublishDisabledErr: the stream was made without it
 
 
 class Opened(Protocol):
@@ -49,8 +55,10 @@ class KeyValue:
         seal: Callable[[str, bytes], bytes],
         opened: Opened,
         messages: Messages,
+        publish_atomic: PublishAtomic,
     ) -> None:
         self._js = js
+        self._publish_atomic = publish_atomic  # a batch of puts, stored all or none
         self._messages = messages  # batched direct gets: a bucket read by sequence
         self._guard = guard
         self._publish = publish  # seals what it publishes to a sealed bucket
@@ -59,6 +67,7 @@ class KeyValue:
         self._opened = opened  # a value as plaintext: claim fetched, seal opened
         self._buckets: dict[str, Any] = {}
         self._direct: set[str] = set()  # buckets known to answer batched direct gets
+        self.unbatched: set[str] = set()  # buckets that refused an atomic batch of puts
 
     async def ensure(self, spec: BucketSpec) -> None:
         """Create a bucket (file storage, TTL, history) unless it exists; a user that may
@@ -92,6 +101,39 @@ class KeyValue:
             if not creating:
                 raise
             raise NotProvisioned("bucket", spec.name) from None
+        if spec.atomic and creating:
+            await self.allow_atomic(spec.name)
+
+    async def allow_atomic(self, bucket: str) -> None:
+        """Let a bucket take atomic batches of puts (nats-py's bucket config has no such
+        field): done when `ensure` makes it, and by `taskq provision` for one made earlier
+        (a user that may change streams); without it, puts go one by one."""
+        with self._guard:
+            config = (await self._js.stream_info(stream(bucket))).config
+            if not config.allow_atomic:
+                config.allow_atomic = True
+                await self._js.update_stream(config)
+
+    async def put_batch(
+        self, bucket: str, items: list[tuple[str, bytes]]
+    ) -> asyncio.Future[PubAck] | None:
+        """Send puts of many keys as one atomic batch (stored all or none, with one write
+        to disk); the future holds the batch's ack. None, sending nothing, when the bucket
+        refused one before or a value is too large for one message."""
+        if bucket in self.unbatched:
+            return None
+        sent = await self._publish_atomic([(subject(bucket, k), v, {}) for k, v in items])
+        if sent is not None:
+            sent.add_done_callback(lambda done: self._refused(bucket, done))
+        return sent
+
+    def _refused(self, bucket: str, done: asyncio.Future[PubAck]) -> None:
+        """A bucket that does not allow atomic batches is sent none again."""
+        if done.cancelled():
+            return
+        error = done.exception()
+        if error is not None and getattr(error, "code", None) == ATOMIC_DISABLED:
+            self.unbatched.add(bucket)
 
     async def put(self, bucket: str, key: str, value: bytes) -> int:
         """Store `value` under `key`; returns the revision (pipelined, no wait_for task)."""

@@ -55,6 +55,7 @@ class BucketSpec:
     history: int = 1
     replicas: int = 1
     direct: bool = False  # batched direct gets (reading the bucket by sequence: listings)
+    atomic: bool = False  # atomic batch publishes: a worker's settle group, one fsync a batch
 
 
 def queue_stream(
@@ -227,6 +228,7 @@ def results_bucket(names: Names, settings: Settings) -> BucketSpec:
         history=RESULT_HISTORY,
         replicas=settings.replicas,
         direct=True,  # recent tasks are listed by reading it by sequence (taskq.operate.task_list)
+        atomic=True,  # a settle group's records are one batch (workers/writes.py)
     )
 
 
