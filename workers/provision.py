@@ -18,10 +18,10 @@ from taskq.flowcontrol.options import DEFAULT_PRIORITY, PRIORITIES
 from taskq.records.cancels import ensure_cancels
 from taskq.records.heartbeats import ensure_workers
 from taskq.records.progress import ensure_progress
-from taskq.topology.specs import events_consumer
+from taskq.topology.specs import events_consumer, results_bucket, runs_bucket
 from taskq.workers.setup import QueueSetup, ensure_level, prepare
 from taskq.workflows.canvas import ensure_flows
-from taskq.workflows.store import ensure_workflows
+from taskq.workflows.store import ensure_runs, ensure_workflows
 
 
 @dataclass(frozen=True)
@@ -57,11 +57,7 @@ async def provision(app: App, client: Client, queues: list[str]) -> Provisioned:
         ]
     names = client.names
     await client.connection.streams.ensure_consumer(events_consumer(names))
-    for ensure in (ensure_flows, ensure_workers, ensure_progress, ensure_cancels):
-        await ensure(client)
-    if app.workflows:  # durable workflows: their journals and run summaries
-        await ensure_workflows(client)
-    await client.connection.kv.allow_atomic(names.results_bucket)  # one made earlier
+    await _buckets(app, client)
     blobs = await client.connection.claims.provision()
     return Provisioned(
         queues=list(queues),
@@ -78,11 +74,23 @@ async def provision(app: App, client: Client, queues: list[str]) -> Provisioned:
                 names.workers_bucket,
                 names.progress_bucket,
                 names.cancels_bucket,
-                *([names.runs_bucket] if app.workflows else []),
+                names.runs_bucket,
                 *blobs,
             }
         ),
     )
+
+
+async def _buckets(app: App, client: Client) -> None:
+    """The buckets a worker makes on first use, brought up to date if an earlier taskq
+    made them; durable workflows' journals (every app: the run summaries, which chains,
+    groups and chords have too)."""
+    for ensure in (ensure_flows, ensure_workers, ensure_progress, ensure_cancels):
+        await ensure(client)
+    await (ensure_workflows(client) if app.workflows else ensure_runs(client))
+    names, settings = client.names, client.settings
+    for spec in (results_bucket(names, settings), runs_bucket(names, settings)):
+        await client.connection.kv.upgrade(spec)
 
 
 def _consumers(setups: list[QueueSetup]) -> set[str]:

@@ -26,6 +26,7 @@ from taskq.records.results import store as store_result
 from taskq.workers.job import Job
 from taskq.workers.outcomes import final_record, record_fields, result_record
 from taskq.workflows.canvas import advance
+from taskq.workflows.canvas_runs import note_settled
 from taskq.workflows.state import RunStepState, final_id
 from taskq.workflows.steps import step_ended
 
@@ -110,6 +111,8 @@ async def store(
                 await store_result(client, final, final_record(envelope, record))
     if envelope is not None and isinstance(envelope.workflow, RunStepState):
         await step_ended(client, envelope, decision, outcome)  # into its run's journal
+    elif envelope is not None and envelope.workflow is not None:
+        await note_settled(client, envelope, decision)  # a chain's, group's or chord's summary
     if writes.letter is not None:
         await store_letter(client, writes.letter)
 

@@ -3,10 +3,9 @@ paged; `/workflows/<id>`: one run's steps as a timeline, its timers and signals,
 signal, cancel and retry (confirmed first); the same URL shows a chain, group or chord by
 its id (`tasks.workflow_page`): one view for both kinds.
 
-Chains, groups and chords are not in the list: they keep no record of their own (their
-steps' result records and waiting messages are all there is, `taskq.workflows.story`), so
-listing them would mean reading the whole results bucket and every queue. The list links
-to them through the search box instead. See docs/dashboard.md.
+Chains, groups and chords are in the same list (named `chain`, `group`, `chord`): their
+workers keep a summary of each there (`taskq.workflows.canvas_runs`); their page is the
+canvas view. See docs/dashboard.md.
 """
 
 from __future__ import annotations

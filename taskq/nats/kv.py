@@ -101,17 +101,21 @@ class KeyValue:
             if not creating:
                 raise
             raise NotProvisioned("bucket", spec.name) from None
-        if spec.atomic and creating:
-            await self.allow_atomic(spec.name)
+        if creating:
+            await self.upgrade(spec)
 
-    async def allow_atomic(self, bucket: str) -> None:
-        """Let a bucket take atomic batches of puts (nats-py's bucket config has no such
-        field): done when `ensure` makes it, and by `taskq provision` for one made earlier
-        (a user that may change streams); without it, puts go one by one."""
+    async def upgrade(self, spec: BucketSpec) -> None:
+        """Turn on what the spec asks of the bucket's stream beyond nats-py's bucket config:
+        atomic batches of puts, per-message TTLs. Done when `ensure` makes a bucket, and by
+        `taskq provision` for one made earlier (a user that may change streams)."""
         with self._guard:
-            config = (await self._js.stream_info(stream(bucket))).config
-            if not config.allow_atomic:
-                config.allow_atomic = True
+            config = (await self._js.stream_info(stream(spec.name))).config
+            wanted = (spec.atomic and not config.allow_atomic) or (
+                spec.msg_ttl and not config.allow_msg_ttl
+            )
+            if wanted:
+                config.allow_atomic = config.allow_atomic or spec.atomic or None
+                config.allow_msg_ttl = config.allow_msg_ttl or spec.msg_ttl or None
                 await self._js.update_stream(config)
 
     async def put_batch(

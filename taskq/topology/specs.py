@@ -56,6 +56,7 @@ class BucketSpec:
     replicas: int = 1
     direct: bool = False  # batched direct gets (reading the bucket by sequence: listings)
     atomic: bool = False  # atomic batch publishes: a worker's settle group, one fsync a batch
+    msg_ttl: bool = False  # per-message TTLs (`Nats-TTL`): a chain's summary expires by itself
 
 
 def queue_stream(
@@ -273,8 +274,11 @@ def workflows_stream(names: Names, settings: Settings) -> StreamSpec:
 
 
 def runs_bucket(names: Names, settings: Settings) -> BucketSpec:
-    """One summary per durable workflow run (name, state, times): `taskq workflows ls`."""
-    return BucketSpec(names.runs_bucket, ttl=0.0, replicas=settings.replicas, direct=True)
+    """One summary per durable workflow run (name, state, times), and per chain, group and
+    chord (which expires `results_ttl` after its last change): `taskq workflows ls`."""
+    return BucketSpec(
+        names.runs_bucket, ttl=0.0, replicas=settings.replicas, direct=True, msg_ttl=True
+    )
 
 
 def limits_stream(names: Names, settings: Settings) -> StreamSpec:

@@ -103,7 +103,8 @@ class group:
 
     async def enqueue(self) -> GroupHandle:
         flow_id = new_id()
-        handles = await _publish_members(self.members, flow_id, GroupState(id=flow_id))
+        flow = GroupState(id=flow_id, size=len(self.members))
+        handles = await _publish_members(self.members, flow_id, flow)
         return GroupHandle(flow_id, tuple(handles))
 
 

@@ -64,6 +64,13 @@ class GroupState(BaseModel):
     kind: Literal["group"] = "group"
     id: WorkflowId
     index: Count | None = None
+    size: Annotated[int, Field(ge=1, le=MAX_MEMBERS)] | None = None  # None: an earlier taskq's
+
+    @model_validator(mode="after")
+    def _member_of_it(self) -> GroupState:
+        if self.index is not None and self.size is not None and self.index >= self.size:
+            raise ValueError(f"member {self.index} of a group of {self.size}")
+        return self
 
 
 class ChordState(BaseModel):

@@ -62,9 +62,17 @@ class RunSummary(BaseModel):
     updated_at: str = ""
     parent: str | None = None
     error: str | None = None
+    kind: str = "workflow"  # or chain, group, chord (taskq.workflows.canvas_runs)
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump()
+
+
+async def ensure_runs(client: Client) -> None:
+    """The runs bucket alone (chains, groups and chords keep their summaries there)."""
+    if client.names.runs_bucket not in client.ensured:
+        await client.connection.kv.ensure(runs_bucket(client.names, client.settings))
+        client.ensured.add(client.names.runs_bucket)
 
 
 async def ensure_workflows(client: Client) -> None:
@@ -281,8 +289,11 @@ async def load_summary(client: Client, run_id: str) -> RunSummary | None:
     return parse_summary(found[0]) if found is not None else None
 
 
-def parse_summary(data: bytes) -> RunSummary | None:
+def parse_summary(data: bytes, any_kind: bool = False) -> RunSummary | None:
+    """A durable run's summary (None for anything else); `any_kind`: a chain's, group's or
+    chord's too (listings). Everything that acts on runs sees durable runs' alone."""
     try:
-        return RunSummary.model_validate_json(data)
+        summary = RunSummary.model_validate_json(data)
     except ValueError:
         return None
+    return summary if any_kind or summary.kind == "workflow" else None

@@ -126,7 +126,7 @@ async def _window(client: Client, start: int, end: int) -> list[KVEntry]:
 
 
 def _listed(entry: KVEntry, state: str | None, name: str | None) -> ListedRun | None:
-    summary = None if entry.deleted else store.parse_summary(entry.value)
+    summary = None if entry.deleted else store.parse_summary(entry.value, any_kind=True)
     if summary is None or (state and summary.state != state) or (name and summary.name != name):
         return None
     return ListedRun(summary, entry.revision)

@@ -175,7 +175,9 @@ async def test_the_nats_user_s_permissions_are_the_dashboard_s(
     env = role_env("worker")
     board = Dashboard(secure_server.url, "taskq", env=env)
     try:
-        assert (await board.http.api("/dlq"))["records"] == []  # it reads
+        # it reads what the role may (the runs list; not dead letters, which pages with
+        # queue figures count: the shared server holds other tests' by then)
+        assert "runs" in await board.http.api("/workflows")
         # (taskq learns of a refused request when it times out: 10 s)
         refused = await board.http.post("/queues/default/purge", {"confirm": "yes"})
         assert refused.status == 403 and "NATS refused it" in refused.body

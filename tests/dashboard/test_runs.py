@@ -274,3 +274,34 @@ async def test_a_waiting_run_signalled_from_its_page_finishes_live(
         "approval": {"by": "ann"},
         "tracking": "shipped p-7",
     }
+
+
+async def test_a_chain_is_listed_beside_runs_and_opens_as_its_canvas(
+    app: App, dashboard: Dashboard
+) -> None:
+    from taskq import Signature
+    from taskq.workflows.canvas import chain
+
+    @app.task
+    async def add(x: int, y: int) -> int:
+        return x + y
+
+    handle = await chain(Signature(add, (1, 2)), Signature(add, (3,))).enqueue()
+    flow = handle.id.split(".")[0]
+    async with running_worker(app):
+        assert await handle.result(timeout=20) == 6
+
+        async def listed() -> bool:
+            runs = (await dashboard.http.api("/workflows?name=chain"))["runs"]
+            return [(r["id"], r["kind"], r["state"]) for r in runs] == [
+                (flow, "chain", "succeeded")
+            ]
+
+        await wait_until(listed, timeout=20)
+    html = (await dashboard.http.get("/workflows?name=chain")).body
+    assert f'href="/workflows/{flow}"' in html
+    page = await dashboard.http.get(f"/workflows/{flow}")
+    assert page.status == 200 and "add" in page.body and "Cancel run…" not in page.body
+    # a chain is no durable run: a run's actions do not apply to it
+    refused = await dashboard.http.post(f"/api/workflows/{flow}/cancel", {"confirm": "yes"})
+    assert refused.status == 404, refused.body
