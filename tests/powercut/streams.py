@@ -51,6 +51,16 @@ async def stored_ids(app: App) -> set[str]:
 
 async def ids_in_stream(app: App, stream: str) -> set[str]:
     """The `tid` argument of every task stored in `stream` (NotFound if it is gone)."""
+    return {_tid(body, seq) for seq, body in await bodies_in_stream(app, stream)}
+
+
+async def task_ids_in_stream(app: App, stream: str) -> list[str]:
+    """The task id of every message stored in `stream` (NotFound if it is gone)."""
+    return [str(json.loads(body)["id"]) for _, body in await bodies_in_stream(app, stream)]
+
+
+async def bodies_in_stream(app: App, stream: str) -> list[tuple[int, bytes]]:
+    """(sequence, body) of every message stored in `stream` (NotFound if it is gone)."""
     nc = await nats.connect(servers=app.settings.url.split(","), allow_reconnect=False)
     try:
         js = nc.jetstream()
@@ -58,14 +68,14 @@ async def ids_in_stream(app: App, stream: str) -> set[str]:
             await js.stream_info(stream)
         except NotFoundError:
             raise NotFound(f"stream {stream} not found") from None
-        found: set[str] = set()
+        found: list[tuple[int, bytes]] = []
         seq = 1
         while True:
             try:
                 msg = await js.get_msg(stream, seq=seq, subject=">", next=True)
             except NotFoundError:
                 return found
-            found.add(_tid(msg.data or b"", msg.seq or seq))
+            found.append((msg.seq or seq, msg.data or b""))
             seq = (msg.seq or seq) + 1
     finally:
         await nc.close()

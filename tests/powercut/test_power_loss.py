@@ -34,7 +34,7 @@ from taskq.records.schedules import delayed_name, list_schedules
 from tests.apps import powered, reliable
 from tests.conftest import wait_until
 from tests.powercut.rig import Rig
-from tests.powercut.streams import enqueue_some, stored_ids
+from tests.powercut.streams import enqueue_some, stored_ids, task_ids_in_stream
 from tests.reliability.ledger import all_done, runs
 
 # a cluster's restart elects a leader per stream: slower, so run with `-m slow`
@@ -95,8 +95,12 @@ async def test_a_draining_worker_cut_mid_run_loses_nothing(
     assert unrecorded == []  # acknowledged (gone from the queue) only with its record
     servers.start_worker(prefix, RELIABLE, "-c", "8", TASKQ_TEST_LEDGER=str(ledger))
     await wait_until(lambda: all_done(ledger, ids), timeout=120)
-    records = await asyncio.gather(*(fetch(app, task_id[t]) for t in ids))
-    assert all(r is not None and r.state == "succeeded" for r in records)
+
+    async def recorded() -> bool:  # the body ran (the ledger) a moment before its record
+        records = await asyncio.gather(*(fetch(app, task_id[t]) for t in ids))
+        return all(r is not None and r.state == "succeeded" for r in records)
+
+    await wait_until(recorded, timeout=60)
     await app.aclose()
 
 
@@ -161,7 +165,18 @@ async def test_stored_state_survives_a_power_cut(
     servers.power_cut()
     await app.aclose()
     await servers.power_on()
-    assert await snapshot(app) == before
+    after, queue = await snapshot(app), at.queue_stream("default")
+    assert {k: v for k, v in after.items() if k != queue} == {
+        k: v for k, v in before.items() if k != queue
+    }
+    # The default queue's last ack emptied its stream: nats-server then deletes the
+    # emptied block file after the fsync that records its last sequence, and that unlink
+    # reaches the disk only with the next fsync of anything, so the cut may bring the last
+    # acknowledged message back. It is a task that ran: it runs again (at least once,
+    # docs/operations.md), and nothing new appears
+    assert after[queue][1] == before[queue][1]
+    for task_id in await task_ids_in_stream(app, queue):
+        assert await fetch(app, task_id) is not None, task_id  # it had run
     assert [r.message.id for r in await list_dead(app)] == [made["dead"]]
     names = {s.name for s in await list_schedules(app)}
     assert {"periodic.nightly", delayed_name(made["delayed"])} <= names, names
