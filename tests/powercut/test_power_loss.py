@@ -169,11 +169,11 @@ async def test_stored_state_survives_a_power_cut(
     assert {k: v for k, v in after.items() if k != queue} == {
         k: v for k, v in before.items() if k != queue
     }
-    # The default queue's last ack emptied its stream: nats-server then deletes the
-    # emptied block file after the fsync that records its last sequence, and that unlink
-    # reaches the disk only with the next fsync of anything, so the cut may bring the last
-    # acknowledged message back. It is a task that ran: it runs again (at least once,
-    # docs/operations.md), and nothing new appears
+    # The default queue's last ack emptied its stream: nats-server (by our reading of its
+    # filestore.go) then deletes the emptied block file after the fsync that records its
+    # last sequence, and that unlink reaches the disk only with the next fsync of anything,
+    # so the cut may bring the last acknowledged message back. It is a task that ran: it
+    # runs again (at least once, docs/operations.md), and nothing new appears
     assert after[queue][1] == before[queue][1]
     for task_id in await task_ids_in_stream(app, queue):
         assert await fetch(app, task_id) is not None, task_id  # it had run
