@@ -63,6 +63,7 @@ class Connection:
             self.opened,
             self.messages,
             self.publish_atomic,
+            client,
         )
         self.blobs = Objects(js, self._guard, self.sealer)
         self.claims = Claims(self.blobs, settings)

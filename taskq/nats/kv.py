@@ -12,6 +12,7 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from nats.aio.client import Client
 from nats.js import JetStreamContext, api
 from nats.js.errors import (
     BadRequestError,
@@ -21,7 +22,8 @@ from nats.js.errors import (
 )
 
 from taskq.errors import NotFound, NotProvisioned, PermissionDenied, TaskqError
-from taskq.nats.errors import STREAM_NAME_IN_USE, Guard
+from taskq.nats import raw
+from taskq.nats.errors import STREAM_NAME_IN_USE, Guard, reply_error
 from taskq.nats.messages import Messages
 from taskq.nats.types import KVEntry, PubAck, StoredMessage
 from taskq.retrying import patiently
@@ -34,6 +36,7 @@ PublishAtomic = Callable[
 Subscribe = Callable[[str, Callable[[str, bytes], Awaitable[None]]], Awaitable[Any]]
 
 
+PAST_THE_END = 2**31 - 1  # a subject listing's offset beyond any: no subjects, their total
 ATOMIC_DISABLED = 10174  # JSAtomicPublishDisabledErr: the stream was made without it
 
 
@@ -56,8 +59,10 @@ class KeyValue:
         opened: Opened,
         messages: Messages,
         publish_atomic: PublishAtomic,
+        nc: Client,
     ) -> None:
         self._js = js
+        self._nc = nc  # raw API requests (what nats-py's calls cannot ask)
         self._publish_atomic = publish_atomic  # a batch of puts, stored all or none
         self._messages = messages  # batched direct gets: a bucket read by sequence
         self._guard = guard
@@ -172,16 +177,16 @@ class KeyValue:
                 return None
 
     async def count(self, bucket: str, pattern: str) -> int:
-        """How many keys matching `pattern` (e.g. `chord.r.*`) hold a value."""
-
-        async def read() -> api.StreamInfo:
-            with self._guard:
-                return await self._js.stream_info(
-                    stream(bucket), subjects_filter=subject(bucket, pattern)
-                )
-
-        info = await patiently(read)
-        return len(getattr(info.state, "subjects", None) or {})
+        """How many keys matching `pattern` (e.g. `chord.r.*`) hold a value: the server's
+        `total` of a subject listing asked for past its end, so the answer does not grow with
+        the keys (a chord's or group's members each ask, as they settle)."""
+        body = {"subjects_filter": subject(bucket, pattern), "offset": PAST_THE_END}
+        what = f"STREAM.INFO.{stream(bucket)}"
+        reply = await patiently(lambda: raw.request(self._nc, self._guard, what, body))
+        error = reply_error(reply, "stream info")
+        if error is not None:
+            raise error
+        return int(reply.get("total") or 0)
 
     async def keys(self, bucket: str, pattern: str) -> list[str]:
         """The keys matching `pattern` (e.g. `flow.*`) that hold a value, sorted."""

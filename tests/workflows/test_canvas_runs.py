@@ -113,3 +113,27 @@ async def test_a_forged_canvas_message_under_a_durable_run_s_id_leaves_its_summa
             assert (await run.result(timeout=30))["approval"] == {"by": "ann"}
     finally:
         await orders.app.aclose()
+
+
+async def test_a_group_of_several_shards_ends_succeeded_once(
+    app: App, nats_url: str, prefix: str
+) -> None:
+    from taskq.workflows.canvas_runs import SHARD
+
+    add, _, _ = declare(app)
+    # Given a group of two and a half shards of members (each shard counted on its own)
+    size = 2 * SHARD + SHARD // 2
+    handle = await group(*(Signature(add, (i, 0)) for i in range(size))).enqueue()  # type: ignore[arg-type]
+    # When a worker runs them
+    async with running_worker(app, concurrency=16):
+        assert await handle.result(timeout=60) == list(range(size))
+
+        async def ended() -> bool:
+            summary = (await listed(nats_url, prefix)).get(handle.id, {})
+            return summary.get("state") == "succeeded"
+
+        # Then its summary ends succeeded, which only the last shard's last member can tell
+        await wait_until(ended, timeout=30)
+    client = await app.client()
+    shards = await client.connection.kv.count(app.names.flows_bucket, f"{handle.id}.s.*")
+    assert shards == 3
