@@ -11,7 +11,7 @@ stream made without atomic publishes) is published again message by message, pip
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from taskq.client import Client, Published
@@ -62,56 +62,51 @@ async def _in_batches(
     fills `acks` for the batches stored (the others are left to the pipelined path)."""
     batches = [
         members[start : start + BATCH]
-        for members in _by_stream(streams, client.unbatched)
+        for members in _by_stream(streams, client.connection.batches_refused)
         for start in range(0, len(members), BATCH)
     ]
     per_window = max(1, WINDOW // BATCH)
     for start in range(0, len(batches), per_window):
         window = batches[start : start + per_window]
-        sent = [(members, await _send_batch(client, envelopes, members)) for members in window]
+        sent = [
+            (members, await _send_batch(client, envelopes, members, streams[members[0]]))
+            for members in window
+        ]
         for members, waiting in sent:
-            ack = await _batch_ack(client, streams[members[0]], waiting)
+            ack = await _batch_ack(waiting)
             if ack is not None:  # consecutive sequences, ending at the commit's
                 first = ack.seq - len(members) + 1
                 for k, i in enumerate(members):
                     acks[i] = PubAck(ack.stream, first + k, False)
 
 
-def _by_stream(streams: list[str], unbatched: set[str]) -> list[list[int]]:
+def _by_stream(streams: list[str], refused: Callable[[str], bool]) -> list[list[int]]:
     """The envelopes' indexes grouped by their stream, in order (streams known to refuse
     atomic batches left out)."""
     groups: dict[str, list[int]] = {}
     for i, stream in enumerate(streams):
-        if stream not in unbatched:
+        if not refused(stream):
             groups.setdefault(stream, []).append(i)
     return list(groups.values())
 
 
 async def _send_batch(
-    client: Client, envelopes: list[Envelope], members: list[int]
+    client: Client, envelopes: list[Envelope], members: list[int], stream: str
 ) -> asyncio.Future[PubAck] | None:
     messages = [
         (envelopes[i].subject, envelopes[i].encode(), _headers(envelopes[i])) for i in members
     ]
-    return await client.connection.publish_atomic(messages)
+    return await client.connection.publish_atomic(stream, messages)
 
 
-async def _batch_ack(
-    client: Client, stream: str, waiting: asyncio.Future[PubAck] | None
-) -> PubAck | None:
-    """The batch's commit ack, or None: not sent, or refused (a stream that does not
-    allow atomic publishes is not sent batches again by this client)."""
+async def _batch_ack(waiting: asyncio.Future[PubAck] | None) -> PubAck | None:
+    """The batch's commit ack, or None: not sent, or refused."""
     if waiting is None:
         return None
     try:
         return await waiting
-    except TaskqError as exc:
-        if getattr(exc, "code", None) == ATOMIC_DISABLED:
-            client.unbatched.add(stream)
+    except TaskqError:
         return None
-
-
-ATOMIC_DISABLED = 10174  # JSAtomicPublishDisabledErr: the stream was made without it
 
 
 def _headers(envelope: Envelope) -> dict[str, str]:

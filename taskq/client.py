@@ -52,7 +52,6 @@ class Client:
         self._ready: set[tuple[str, Part]] = set()  # streams ensured on this connection
         self._partitions: dict[str, int] = {}  # learned from the server
         self._laid_out: dict[str, int] = {}  # every stream of the layout ensured
-        self.unbatched: set[str] = set()  # streams that refused an atomic batch (bulk.py)
         self._placement = Placement()
         self.ensured: set[str] = set()  # other objects made on this connection (flow control)
 

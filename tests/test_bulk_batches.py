@@ -44,7 +44,7 @@ async def test_enqueue_many_stores_a_queue_s_messages_as_atomic_batches(
         batches.append((stored.headers["Nats-Batch-Id"], stored.headers["Nats-Batch-Sequence"]))
     assert batches[0][0] == batches[1][0] != batches[2][0] != batches[3][0]
     assert [n for _, n in batches] == ["1", str(BATCH), "1", "500"]
-    assert client.unbatched == set()
+    assert not client.connection.batches_refused(stream)
 
 
 async def test_a_batch_holding_a_message_stored_already_is_published_one_by_one(
@@ -88,7 +88,7 @@ async def test_a_stream_made_without_atomic_publishes_still_takes_bulk_enqueues(
     # Then every one is stored, published message by message, and the stream is not sent
     # batches again by this client
     assert (await client.connection.streams.state(stream)).messages == 1510
-    assert client.unbatched == {stream}
+    assert client.connection.batches_refused(stream)
     stored = await client.connection.messages.get(stream, 1510)
     assert stored is not None and "Nats-Batch-Id" not in (stored.headers or {})
 

@@ -120,8 +120,9 @@ async def test_a_group_s_records_go_as_one_batch_or_one_by_one_and_all_are_store
             assert worker._parts is not None
             worker._parts.settler.batches.cost = {True: 0.0, False: 1.0}  # batches, please
             await wait_until(lambda: worker.stats["succeeded"] == 200, timeout=30)
-            kv = worker._parts.settler.client.connection.kv
-            assert (app.names.results_bucket in kv.unbatched) is refusing
+            connection = worker._parts.settler.client.connection
+            refused = connection.batches_refused(f"KV_{app.names.results_bucket}")
+            assert refused is refusing
         for n, handle in enumerate(handles):
             record = await fetch(app, handle.id)
             assert record is not None and record.result == n * n

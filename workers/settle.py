@@ -170,12 +170,10 @@ class Settler:
     async def _send_group(self, group: list[Verdict], batched: bool) -> list[Sent | None]:
         """The group's writes sent (its records as one batch when `batched`); one by one
         when sending them together failed before anything was answered (not connected)."""
-        if not batched:
-            return [await self._send(verdict) for verdict in group]
-        try:
-            return list(await send_group(self.client, [(v.job, v.writes) for v in group]))
-        except Exception:
-            return [await self._send(verdict) for verdict in group]
+        if batched:
+            with contextlib.suppress(Exception):  # nothing sent was answered: one by one
+                return list(await send_group(self.client, [(v.job, v.writes) for v in group]))
+        return [await self._send(verdict) for verdict in group]
 
     async def _send(self, verdict: Verdict) -> Sent | None:
         try:

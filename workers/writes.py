@@ -83,7 +83,8 @@ async def send_group(
         for start in range(0, len(keyed), BATCH):
             chunk = keyed[start : start + BATCH]
             ack = await kv.put_batch(bucket, [(key, record) for _, key, record in chunk])
-            batched.update((i, ack) for i, _, _ in chunk if ack is not None)
+            if ack is not None:
+                batched.update((i, ack) for i, _, _ in chunk)
     sent = []
     for i, (job, writes) in enumerate(verdicts):
         alone = Writes(None if i in batched else writes.record, writes.letter)

@@ -15,10 +15,10 @@ from collections.abc import Awaitable, Callable
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from taskq.errors import DecodeError
+from taskq.errors import BrokerError, DecodeError
 from taskq.nats.claims import HEADROOM, Claims, is_claim
 from taskq.nats.connect import Events, open_client
-from taskq.nats.errors import Guard
+from taskq.nats.errors import ATOMIC_DISABLED, Guard
 from taskq.nats.kv import KeyValue
 from taskq.nats.messages import Messages
 from taskq.nats.objects import Objects
@@ -69,6 +69,7 @@ class Connection:
         self.claims = Claims(self.blobs, settings)
         self._pipeline = Pipeline(client, self._guard)
         self._dropping: set[asyncio.Future[None]] = set()  # orphaned objects being deleted
+        self._unbatched: set[str] = set()  # streams that refused an atomic batch
         self.records = Records(js, self._guard, self.seal)
         self.probes = Probes(client, self._guard)  # taskq doctor: harmless questions
         # closed for good (not by `close`): what waits for an ack fails now, not at its
@@ -146,15 +147,21 @@ class Connection:
         return acked
 
     async def publish_atomic(
-        self, messages: list[tuple[str, bytes, dict[str, str]]], ack_timeout: float = 5.0
+        self,
+        stream: str,
+        messages: list[tuple[str, bytes, dict[str, str]]],
+        ack_timeout: float = 5.0,
     ) -> asyncio.Future[PubAck] | None:
-        """Send `messages` (subject, body, headers; all bound for one stream that allows
-        atomic publishes) as one atomic batch (ADR-50): the server stores all or none,
-        with one write to disk. The future holds the commit's ack (its `seq` the last
-        message's; they are consecutive) or the refusal. None, sending nothing, when a
-        body is too large for one message (claim checks are for single publishes)."""
+        """Send `messages` (subject, body, headers; all bound for `stream`) as one atomic
+        batch (ADR-50): the server stores all or none, with one write to disk. The future
+        holds the commit's ack (its `seq` the last message's; they are consecutive) or the
+        refusal. None, sending nothing, when a body is too large for one message (claim
+        checks are for single publishes) or `stream` refused a batch for not allowing
+        them (it is sent none again on this connection)."""
+        if stream in self._unbatched or not messages:
+            return None
         sealed = [self.seal(subject, body, headers) for subject, body, headers in messages]
-        if not sealed or any(len(body) + HEADROOM > self.max_payload for body in sealed):
+        if any(len(body) + HEADROOM > self.max_payload for body in sealed):
             return None
         batch = uuid.uuid4().hex
         marked = [
@@ -164,7 +171,20 @@ class Connection:
         subject, body, commit = marked.pop()
         commit[BATCH_COMMIT] = "1"
         await self._pipeline.send_unanswered(marked)
-        return await self._pipeline.send(subject, body, commit, ack_timeout, batched=True)
+        acked = await self._pipeline.send(subject, body, commit, ack_timeout, batched=True)
+        acked.add_done_callback(lambda done: self._refused(stream, done))
+        return acked
+
+    def batches_refused(self, stream: str) -> bool:
+        """Whether `stream` refused an atomic batch on this connection (not allowed there)."""
+        return stream in self._unbatched
+
+    def _refused(self, stream: str, acked: asyncio.Future[PubAck]) -> None:
+        if acked.cancelled():
+            return
+        error = acked.exception()
+        if isinstance(error, BrokerError) and error.code == ATOMIC_DISABLED:
+            self._unbatched.add(stream)
 
     def _drop_if_duplicate(
         self, acked: asyncio.Future[PubAck], reference: bytes, subject: str, headers: Headers

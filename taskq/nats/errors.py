@@ -42,6 +42,7 @@ SEQUENCE_NOT_FOUND = 10043  # a delete of a sequence deleted already
 INSUFFICIENT_RESOURCES = 10023  # 503: the server's or account's storage is used up
 STORAGE_EXCEEDED = 10047  # a reservation (max_bytes) larger than the storage left
 ACCOUNT_EXCEEDED = 10002  # 400 "resource limits exceeded for account": its max_file
+ATOMIC_DISABLED = 10174  # an atomic batch sent to a stream made without `allow_atomic`
 STORE_FAILED = 10077  # with "maximum bytes exceeded": a stream's max_bytes, discard new
 SERVER_STORAGE = "the server's JetStream storage (jetstream max_file_store, or the account's limit)"
 

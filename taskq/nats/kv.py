@@ -31,13 +31,12 @@ from taskq.topology.specs import BucketSpec
 
 Publish = Callable[[str, bytes], Awaitable[Awaitable[PubAck]]]
 PublishAtomic = Callable[
-    [list[tuple[str, bytes, dict[str, str]]]], Awaitable["asyncio.Future[PubAck] | None"]
+    [str, list[tuple[str, bytes, dict[str, str]]]], Awaitable["asyncio.Future[PubAck] | None"]
 ]
 Subscribe = Callable[[str, Callable[[str, bytes], Awaitable[None]]], Awaitable[Any]]
 
 
 PAST_THE_END = 2**31 - 1  # a subject listing's offset beyond any: no subjects, their total
-ATOMIC_DISABLED = 10174  # JSAtomicPublishDisabledErr: the stream was made without it
 
 
 class Opened(Protocol):
@@ -72,7 +71,6 @@ class KeyValue:
         self._opened = opened  # a value as plaintext: claim fetched, seal opened
         self._buckets: dict[str, Any] = {}
         self._direct: set[str] = set()  # buckets known to answer batched direct gets
-        self.unbatched: set[str] = set()  # buckets that refused an atomic batch of puts
 
     async def ensure(self, spec: BucketSpec) -> None:
         """Create a bucket (file storage, TTL, history) unless it exists; a user that may
@@ -129,20 +127,10 @@ class KeyValue:
         """Send puts of many keys as one atomic batch (stored all or none, with one write
         to disk); the future holds the batch's ack. None, sending nothing, when the bucket
         refused one before or a value is too large for one message."""
-        if bucket in self.unbatched:
-            return None
-        sent = await self._publish_atomic([(subject(bucket, k), v, {}) for k, v in items])
-        if sent is not None:
-            sent.add_done_callback(lambda done: self._refused(bucket, done))
-        return sent
-
-    def _refused(self, bucket: str, done: asyncio.Future[PubAck]) -> None:
-        """A bucket that does not allow atomic batches is sent none again."""
-        if done.cancelled():
-            return
-        error = done.exception()
-        if error is not None and getattr(error, "code", None) == ATOMIC_DISABLED:
-            self.unbatched.add(bucket)
+        items_at: list[tuple[str, bytes, dict[str, str]]] = [
+            (subject(bucket, k), v, {}) for k, v in items
+        ]
+        return await self._publish_atomic(stream(bucket), items_at)
 
     async def put(self, bucket: str, key: str, value: bytes) -> int:
         """Store `value` under `key`; returns the revision (pipelined, no wait_for task)."""

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from taskq import WorkflowRun
 from tests.apps import journaled
 from tests.conftest import WorkerProcess, wait_until
 
@@ -121,23 +122,40 @@ async def test_runs_sleeping_through_a_server_kill_all_wake_and_finish(tmp_path:
         server.stop()
 
 
+async def taken_over_after(
+    nats_url: str,
+    prefix: str,
+    tmp_path: Path,
+    start: Callable[..., WorkerProcess],
+    fault: dict[str, str],
+    steps: int,
+) -> tuple[WorkflowRun, list[str]]:
+    """Start a run of `steps` instant steps on a worker process that SIGKILLs itself at
+    the injected `fault`, then a healthy worker; (the run, the steps' ledger lines of
+    their starts, sorted), once the run ended."""
+    ledger = tmp_path / "ledger.txt"
+    env = {"TASKQ_TEST_LEDGER": str(ledger)}
+    journaled.app.configure(url=nats_url, prefix=prefix)
+    dying = start(SPEC, env={**env, **fault})
+    await dying.wait_ready()
+    run = await journaled.steps.start(steps, 0.0)
+    await wait_until(lambda: dying.proc.poll() is not None, timeout=30)
+    healthy = start(SPEC, env=env)
+    await healthy.wait_ready()
+    await run.result(timeout=30)
+    starts = sorted(line for line in ledger.read_text().splitlines() if line.startswith("start"))
+    return run, starts
+
+
 async def test_a_step_whose_worker_died_after_journaling_it_is_not_run_again(
     nats_url: str, prefix: str, tmp_path: Path, worker_process: Callable[..., WorkerProcess]
 ) -> None:
     # Given a worker that dies right after a step's outcome is journaled, before its ack
-    ledger = tmp_path / "ledger.txt"
-    env = {"TASKQ_TEST_LEDGER": str(ledger)}
-    journaled.app.configure(url=nats_url, prefix=prefix)
-    dying = worker_process(SPEC, env={**env, "TASKQ_TEST_DIE_AFTER_JOURNAL": "1"})
-    await dying.wait_ready()
-    run = await journaled.steps.start(1, 0.0)
-    await wait_until(lambda: dying.proc.poll() is not None, timeout=30)
     # When another worker gets the step's message again
-    healthy = worker_process(SPEC, env=env)
-    await healthy.wait_ready()
+    fault = {"TASKQ_TEST_DIE_AFTER_JOURNAL": "1"}
+    run, starts = await taken_over_after(nats_url, prefix, tmp_path, worker_process, fault, 1)
     # Then the run ends with the journaled outcome, and the step ran once
     assert await run.result(timeout=30) == 0
-    starts = [line for line in ledger.read_text().splitlines() if line.startswith("start")]
     assert starts == [f"start {run.id}.0 1"]
     await journaled.app.aclose()
 
@@ -152,18 +170,10 @@ async def test_a_decision_whose_worker_died_after_recording_its_round_is_carried
 ) -> None:
     # Given a worker that dies right after a decision recorded its round (its steps, or the
     # run's end), before publishing the steps (or writing the result)
-    ledger = tmp_path / "ledger.txt"
-    env = {"TASKQ_TEST_LEDGER": str(ledger)}
-    journaled.app.configure(url=nats_url, prefix=prefix)
-    dying = worker_process(SPEC, env={**env, "TASKQ_TEST_DIE_AFTER_ROUND": dies_after})
-    await dying.wait_ready()
-    run = await journaled.steps.start(2, 0.0)
-    await wait_until(lambda: dying.proc.poll() is not None, timeout=30)
     # When another worker gets the decision's message again (nothing new in the journal)
-    healthy = worker_process(SPEC, env=env)
-    await healthy.wait_ready()
+    fault = {"TASKQ_TEST_DIE_AFTER_ROUND": dies_after}
+    run, starts = await taken_over_after(nats_url, prefix, tmp_path, worker_process, fault, 2)
     # Then it carries the recorded round out: the run goes on and ends, each step ran once
     assert await run.result(timeout=30) == 1
-    starts = sorted(line for line in ledger.read_text().splitlines() if line.startswith("start"))
     assert starts == [f"start {run.id}.0 1", f"start {run.id}.1 1"]
     await journaled.app.aclose()
