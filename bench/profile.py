@@ -36,7 +36,7 @@ PARTS: list[tuple[str, tuple[str, ...]]] = [
         "publish pipeline (records): send, await, acks read",
         ("taskq/nats/pipeline.py", "taskq/nats/kv.py", "publish_nowait", "workers/writes.py"),
     ),
-    ("message acks", ("Delivery.ack", "Msg.ack")),
+    ("message acks", ("Delivery.ack", "Msg.ack", "Connection.ack_all", "acked_by_write")),
     (
         "decode the envelope",
         (

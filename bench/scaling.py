@@ -9,7 +9,10 @@ reading (psutil) the CPU time the nats-server process(es), the worker process an
 producer spent over the whole run:
 
 * one server, R1 streams — taskq's defaults, then `store_result=False`;
-* a 3-node cluster on 127.0.0.1, R3 streams (each server's CPU summed) — the same two.
+* the same on a durable server (`sync_interval: always`, fsync before every ack);
+* a 3-node cluster on 127.0.0.1, R3 streams (each server's CPU summed) — the same two;
+* the cluster with R1 streams, the records in one results bucket and then spread over three
+  (`results_partitions=3`): the busiest node's share shows whether records spread.
 
 Writes bench/results/scaling.md.
 """
@@ -41,17 +44,19 @@ def cpu_seconds(pids: list[int]) -> float:
 
 
 async def one_run(
-    url: str, servers: list[int], tasks: int, lean: bool, replicas: int
+    url: str, servers: list[int], tasks: int, lean: bool, replicas: int, results: int = 1
 ) -> dict[str, float]:
-    """CPU µs per task of the servers, the worker and the producer, and the drain's rate."""
+    """CPU µs per task of the servers (and of the busiest one), the worker and the
+    producer, and the drain's rate."""
     prefix = fresh_prefix()
     queue = "lean" if lean else "default"
-    producer = App(url=url, prefix=prefix, replicas=replicas)
+    producer = App(url=url, prefix=prefix, replicas=replicas, results_partitions=results)
 
     @producer.task(queue=queue, name="lean" if lean else "noop", store_result=not lean)
     async def noop(n: int = 0) -> None: ...  # what bench.apps:app runs in the worker
 
     me = os.getpid()
+    each = [cpu_seconds([pid]) for pid in servers]
     before = cpu_seconds(servers), cpu_seconds([me])
     await noop.enqueue_many(range(tasks))
     enqueued = cpu_seconds(servers), cpu_seconds([me])
@@ -59,6 +64,7 @@ async def one_run(
     stream = producer.names.queue_stream(queue)
     cmd = [sys.executable, "-m", "taskq", "--url", url, "--prefix", prefix]
     os.environ["TASKQ_REPLICAS"] = str(replicas)  # the worker's streams, as the producer's
+    os.environ["TASKQ_RESULTS_PARTITIONS"] = str(results)
     child = spawn([*cmd, "worker", "bench.apps:app", "-q", queue])
     try:
         await wait_marker([child], "worker ready")
@@ -69,6 +75,7 @@ async def one_run(
         took = time.perf_counter() - started
         worker = cpu_seconds([child.pid]) - start_worker
         after = cpu_seconds(servers)
+        busiest = max(cpu_seconds([pid]) - was for pid, was in zip(servers, each, strict=True))
     finally:
         child.kill()
         child.wait()
@@ -79,17 +86,22 @@ async def one_run(
         "server, drain": (after - enqueued[0]) * micro,
         "producer": (enqueued[1] - before[1]) * micro,
         "worker": worker * micro,
+        "busiest server": busiest * micro,
         "drain/s": tasks / took,
     }
 
 
 async def measure(tasks: int) -> dict[str, dict[str, float]]:
     rows: dict[str, dict[str, float]] = {}
-    with tempfile.TemporaryDirectory() as store, EmbeddedServer(store_dir=Path(store)) as server:
-        assert server.pid is not None
-        for lean in (False, True):
-            name = f"1 server, R1{', store_result=False' if lean else ''}"
-            rows[name] = await one_run(server.url, [server.pid], tasks, lean, 1)
+    for sync, label in ((None, "1 server, R1"), ("always", "1 server, R1, sync always")):
+        with (
+            tempfile.TemporaryDirectory() as store,
+            EmbeddedServer(store_dir=Path(store), sync=sync) as server,
+        ):
+            assert server.pid is not None
+            for lean in (False, True):
+                name = f"{label}{', store_result=False' if lean else ''}"
+                rows[name] = await one_run(server.url, [server.pid], tasks, lean, 1)
     with tempfile.TemporaryDirectory(prefix="taskq-bench-cluster-") as root:
         cluster = Cluster(Path(root)).start()
         try:
@@ -98,6 +110,9 @@ async def measure(tasks: int) -> dict[str, dict[str, float]]:
             for lean in (False, True):
                 name = f"3 nodes, R3{', store_result=False' if lean else ''}"
                 rows[name] = await one_run(cluster.url, pids, tasks, lean, 3)
+            for results in (1, 3):
+                name = f"3 nodes, R1, results_partitions={results}"
+                rows[name] = await one_run(cluster.url, pids, tasks, False, 1, results)
         finally:
             cluster.stop()
     return rows
@@ -108,15 +123,16 @@ def table(rows: dict[str, dict[str, float]], tasks: int) -> str:
         f"{tasks} no-op tasks · one worker process · {os.cpu_count()} cores · "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
         "",
-        "| setting | server CPU µs/task (enqueue + drain) | worker CPU µs/task | producer CPU "
-        "µs/task (enqueue_many) | drain tasks/s |",
-        "|---|---|---|---|---|",
+        "| setting | server CPU µs/task (enqueue + drain) | busiest server µs/task "
+        "| worker CPU µs/task | producer CPU µs/task (enqueue_many) | drain tasks/s |",
+        "|---|---|---|---|---|---|",
     ]
     for name, r in rows.items():
         server = r["server, enqueue"] + r["server, drain"]
         lines.append(
             f"| {name} | {server:.1f} ({r['server, enqueue']:.1f} + {r['server, drain']:.1f}) "
-            f"| {r['worker']:.1f} | {r['producer']:.1f} | {r['drain/s']:,.0f} |"
+            f"| {r['busiest server']:.1f} | {r['worker']:.1f} | {r['producer']:.1f} "
+            f"| {r['drain/s']:,.0f} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -174,7 +174,8 @@ async def _held(app: App) -> int:
 async def _all_ended(app: App, runs: int) -> None:
     client = await app.client()
     for _ in range(7200):
-        if await client.connection.kv.count(client.names.results_bucket, ">") >= runs:
+        buckets = client.results.configured
+        if sum([await client.connection.kv.count(b, ">") for b in buckets]) >= runs:
             return
         await asyncio.sleep(0.5)
 

@@ -20,9 +20,9 @@ from taskq.dlq.browse import Filters, log, parse
 from taskq.dlq.record import DeadLetter
 from taskq.errors import NotFound
 from taskq.nats import StoredMessage
+from taskq.operate import sequence_pages
+from taskq.operate.sequence_pages import MAX_WINDOW
 
-WINDOW = 64  # sequences read by the first request of a page; doubled up to MAX_WINDOW
-MAX_WINDOW = 1024
 BUDGET = 5000  # records read at most for one page
 
 
@@ -99,49 +99,14 @@ async def page(
     total = sum(state.subjects.values()) if filters.by_subject else None
     scan = _Scan(client, filters, budget)
     if after is not None:
-        records, newer = await _newer(scan, after, state.last_seq, limit)
+        records, newer = await sequence_pages.newer(scan, after, state.last_seq, limit)
         oldest = records[-1].seq if records else after + 1
         older = oldest if oldest > state.first_seq else None
         return Page(records, older, newer, scan.scanned, total)
     top = state.last_seq + 1 if before is None else min(before, state.last_seq + 1)
-    records, older = await _older(scan, state.first_seq, top, limit)
+    records, older = await sequence_pages.older(scan, state.first_seq, top, limit)
     newer = None if before is None else (records[0].seq if records else top - 1)
     return Page(records, older, newer, scan.scanned, total)
-
-
-async def _older(
-    scan: _Scan, low: int, high: int, limit: int
-) -> tuple[list[DeadLetter], int | None]:
-    """Up to `limit` matching records below `high` (newest first) and the cursor below
-    them: None when the stream's start was reached."""
-    found: list[DeadLetter] = []
-    window = WINDOW
-    while high > low and len(found) <= limit and not scan.spent:
-        start = max(low, high - window)
-        found += reversed(await scan.window(start, high))
-        high = start
-        window = min(window * 2, MAX_WINDOW)
-    if len(found) > limit:
-        return found[:limit], found[limit - 1].seq
-    return found, high if high > low else None
-
-
-async def _newer(
-    scan: _Scan, after: int, last: int, limit: int
-) -> tuple[list[DeadLetter], int | None]:
-    """Up to `limit` matching records just above `after` (shown newest first) and the
-    cursor above them: None when the stream's end was reached."""
-    found: list[DeadLetter] = []
-    seq, window = after + 1, WINDOW
-    while seq <= last and len(found) <= limit and not scan.spent:
-        end = min(last + 1, seq + window)
-        found += await scan.window(seq, end)
-        seq = end
-        window = min(window * 2, MAX_WINDOW)
-    if len(found) > limit:
-        shown = found[:limit]
-        return list(reversed(shown)), shown[-1].seq
-    return list(reversed(found)), seq - 1 if seq <= last else None
 
 
 def _parse(stored: StoredMessage) -> DeadLetter | None:

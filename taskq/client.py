@@ -15,6 +15,7 @@ from typing import Protocol
 from taskq.ids import safe_id
 from taskq.nats import Connection
 from taskq.records.envelope import MSG_ID, TASK_HEADER, Envelope
+from taskq.records.result_buckets import ResultBuckets
 from taskq.retrying import retry_transient
 from taskq.settings import Settings
 from taskq.topology.names import Names
@@ -48,6 +49,7 @@ class Client:
         self.connection = connection
         self.settings = settings
         self.names = Names(settings.prefix)
+        self.results = ResultBuckets(self.names, settings.results_partitions, connection)
         self._declared = declared  # queue -> partitions, as declared in code (live view)
         self._ready: set[tuple[str, Part]] = set()  # streams ensured on this connection
         self._partitions: dict[str, int] = {}  # learned from the server

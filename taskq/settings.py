@@ -34,6 +34,7 @@ ENV_FIELDS: dict[str, str] = {
     "TASKQ_TLS_CERT": "tls_cert",
     "TASKQ_TLS_KEY": "tls_key",
     "TASKQ_REPLICAS": "replicas",
+    "TASKQ_RESULTS_PARTITIONS": "results_partitions",
     "TASKQ_HEARTBEAT": "heartbeat",
     "TASKQ_SPARK_MASTER": "spark_master",
     "TASKQ_SPARK_CONF": "spark_conf",
@@ -69,6 +70,9 @@ class Settings(BaseModel):
     duplicate_window: float = Field(default=120.0, gt=0)
     dlq_max_age: float = Field(default=30 * 86400.0, gt=0)
     results_ttl: float = Field(default=86400.0, gt=0)
+    # result records spread over this many buckets by task id (taskq.records.result_buckets):
+    # producers and workers of a prefix must agree; 1 is the one `<PREFIX>_RESULTS` bucket
+    results_partitions: int = Field(default=1, ge=1, le=64)
     # seconds between worker heartbeats (`taskq workers`); a silent worker is gone after 3
     heartbeat: float = Field(default=5.0, gt=0)
     # consumer backstop: the server stops redelivering after this many deliveries
@@ -101,6 +105,13 @@ class Settings(BaseModel):
                 return json.loads(value)
             except ValueError:
                 raise ValueError("must be a JSON object of Spark conf keys and values") from None
+        return value
+
+    @field_validator("results_partitions", mode="before")
+    @classmethod
+    def _results_partitions(cls, value: Any) -> Any:
+        if isinstance(value, bool):  # an int to pydantic: True would be one partition
+            raise ValueError("must be a whole number from 1 to 64")
         return value
 
     @field_validator("encryption_key", mode="before")

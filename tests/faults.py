@@ -2,8 +2,9 @@
 
 Two objects of a Connection carry every JetStream write taskq makes:
 - its pipeline (`Connection._pipeline`): every acknowledged publish (`Connection.publish`,
-  `publish_nowait`, the KV buckets' `put` / `put_nowait`: result records, dead letters,
-  held copies, requeued tasks, enqueues);
+  `publish_nowait`, `publish_many_nowait` (each message a call of its own here), the KV
+  buckets' `put` / `put_nowait` / `put_many_nowait`: result records, dead letters, held
+  copies, requeued tasks, enqueues);
 - its records (`Connection.records`): flow control's create-only / compare-and-set writes
   (per-key slots and their renewal, rate windows, park claims, a parked task's wake).
 
@@ -159,6 +160,12 @@ class FaultyPipeline:
 
     def __getattr__(self, name: str) -> Any:  # close() and the rest: the real pipeline's
         return getattr(self._real, name)
+
+    async def send_many(
+        self, messages: list[tuple[str, bytes, dict[str, str] | None]], ack_timeout: float
+    ) -> list[asyncio.Future[PubAck]]:
+        """Each message as its own `send`, so that the rules pick among them alike."""
+        return [await self.send(s, b, h, ack_timeout) for s, b, h in messages]
 
     async def send(
         self, subject: str, body: bytes, headers: dict[str, str] | None, ack_timeout: float

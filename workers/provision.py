@@ -18,7 +18,7 @@ from taskq.flowcontrol.options import DEFAULT_PRIORITY, PRIORITIES
 from taskq.records.cancels import ensure_cancels
 from taskq.records.heartbeats import ensure_workers
 from taskq.records.progress import ensure_progress
-from taskq.topology.specs import events_consumer, results_bucket, runs_bucket
+from taskq.topology.specs import events_consumer, results_buckets, runs_bucket
 from taskq.workers.setup import QueueSetup, ensure_level, prepare
 from taskq.workflows.canvas import ensure_flows
 from taskq.workflows.store import ensure_runs, ensure_workflows
@@ -69,7 +69,7 @@ async def provision(app: App, client: Client, queues: list[str]) -> Provisioned:
         consumers=sorted(_consumers(setups) | {f"{names.events_stream} {names.events_consumer}"}),
         buckets=sorted(
             {
-                names.results_bucket,
+                *client.results.configured,
                 names.flows_bucket,
                 names.workers_bucket,
                 names.progress_bucket,
@@ -89,7 +89,7 @@ async def _buckets(app: App, client: Client) -> None:
         await ensure(client)
     await (ensure_workflows(client) if app.workflows else ensure_runs(client))
     names, settings = client.names, client.settings
-    for spec in (results_bucket(names, settings), runs_bucket(names, settings)):
+    for spec in (*results_buckets(names, settings), runs_bucket(names, settings)):
         await client.connection.kv.upgrade(spec)
 
 

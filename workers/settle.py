@@ -161,18 +161,23 @@ class Settler:
         sent = await self._send_group(group, batched)
         stored = [await _stored(v.job, acks) for v, acks in zip(group, sent, strict=True)]
         self.batches.observe(batched, records, time.monotonic() - began)
+        done = [v for v, ok in zip(group, stored, strict=True) if ok]
+        acked = await _ack_together(self.client, done)
         for verdict, ok in zip(group, stored, strict=True):
-            if ok:
+            if id(verdict) in acked:
+                await self._guarded(self._settled, verdict)
+            elif ok:
                 await self._guarded(self._finish, verdict)
             else:  # its message waits until its writes are stored (or comes back)
                 self._spawn(self._guarded(self.settle_alone, verdict))
 
     async def _send_group(self, group: list[Verdict], batched: bool) -> list[Sent | None]:
-        """The group's writes sent (its records as one batch when `batched`); one by one
-        when sending them together failed before anything was answered (not connected)."""
-        if batched:
-            with contextlib.suppress(Exception):  # nothing sent was answered: one by one
-                return list(await send_group(self.client, [(v.job, v.writes) for v in group]))
+        """The group's writes sent together (its records as atomic batches when `batched`);
+        one by one when sending them together failed (not connected): a write sent twice
+        is a record put again, its revision the later one."""
+        with contextlib.suppress(Exception):
+            writes = [(v.job, v.writes) for v in group]
+            return list(await send_group(self.client, writes, atomic=batched))
         return [await self._send(verdict) for verdict in group]
 
     async def _send(self, verdict: Verdict) -> Sent | None:
@@ -207,23 +212,32 @@ class Settler:
     # -- settling one message --------------------------------------------------------------
     async def _finish(self, verdict: Verdict) -> None:
         """Settle the message of a verdict whose writes are stored; count it; log it."""
-        job, decision, outcome = verdict.job, verdict.decision, verdict.outcome
+        job, decision = verdict.job, verdict.decision
         d = job.delivery
         if isinstance(decision, Ack):
             if job.task is not None and job.task.ack_sync:
                 await retry_transient(lambda: d.ack_sync(), deadline=10.0, what="ack")
             else:
                 await d.ack()
-            self.stats["succeeded"] += 1
         elif isinstance(decision, Nak):
             await d.nak(decision.delay)
-            self.stats["retried"] += 1
         elif isinstance(decision, Cancel):
             await d.ack()  # recorded as cancelled (or dropped): nothing left to run
-            self.stats[decision.state] += 1
         else:
             assert isinstance(decision, Dead)
             await d.term(decision.reason)  # its dead letter is stored
+        await self._settled(verdict)
+
+    async def _settled(self, verdict: Verdict) -> None:
+        """Count, log and tell `after_settle` of a verdict whose message is settled."""
+        job, decision, outcome = verdict.job, verdict.decision, verdict.outcome
+        if isinstance(decision, Ack):
+            self.stats["succeeded"] += 1
+        elif isinstance(decision, Nak):
+            self.stats["retried"] += 1
+        elif isinstance(decision, Cancel):
+            self.stats[decision.state] += 1
+        elif isinstance(decision, Dead):
             self.stats["dead"] += 1
             self.stats[f"dead:{decision.reason}"] += 1
         _log(job, decision, outcome)
@@ -262,6 +276,18 @@ async def _stored(job: Job, sent: Sent | None) -> bool:
         except Exception:
             stored = False
     return stored
+
+
+async def _ack_together(client: Client, verdicts: list[Verdict]) -> set[int]:
+    """Ack, with one write, the messages of the verdicts whose settle is a plain ack (a
+    success, a cancel); which were acked (by `id`). None when the write was refused (not
+    connected): each is then settled on its own, as before."""
+    acking = [v for v in verdicts if isinstance(v.decision, Ack | Cancel)]
+    try:
+        await client.connection.ack_all([v.job.delivery for v in acking])
+    except Exception:
+        return set()
+    return {id(v) for v in acking}
 
 
 def _tid(job: Job) -> str:

@@ -27,7 +27,7 @@ from taskq.topology.specs import (
     level_consumer,
     queue_consumer,
     queue_stream,
-    results_bucket,
+    results_buckets,
     timer_consumer,
     timer_stream,
 )
@@ -68,7 +68,8 @@ async def prepare(app: App, client: Client, queues: list[str]) -> dict[str, Queu
     concurrency lanes of its tasks)."""
     names, settings, streams = client.names, client.settings, client.connection.streams
     await streams.ensure(dlq_stream(names, settings))
-    await client.connection.kv.ensure(results_bucket(names, settings))
+    for bucket in results_buckets(names, settings):
+        await client.connection.kv.ensure(bucket)
     await ensure_limits(client)  # producers' flow-control records: they may not create it
     existing = await streams.listing(names.every_subject)
     on_server = queues_in(existing, names)

@@ -58,39 +58,55 @@ async def send(
     record = letter = None
     if writes.record is not None:
         assert job.envelope is not None
-        kv, bucket = client.connection.kv, client.names.results_bucket
-        record = await kv.put_nowait(bucket, safe_id(job.envelope.id), writes.record)
+        key = safe_id(job.envelope.id)
+        record = await client.connection.kv.put_nowait(client.results.of(key), key, writes.record)
     if writes.letter is not None:
         letter = await send_letter(client, writes.letter)
     return record, letter
 
 
 async def send_group(
-    client: Client, verdicts: list[tuple[Job, Writes]]
+    client: Client, verdicts: list[tuple[Job, Writes]], *, atomic: bool
 ) -> list[tuple[Awaitable[PubAck] | None, Awaitable[PubAck] | None]]:
-    """Publish a settle group's writes now: its result records as one atomic batch where
-    the results bucket takes them (one write to disk for the group), else each pipelined;
-    each dead letter pipelined. Per verdict, the acks of its record and its letter (a
-    refused batch fails each record, which its verdict then writes again alone)."""
-    keyed = [
-        (i, safe_id(job.envelope.id), writes.record)
-        for i, (job, writes) in enumerate(verdicts)
-        if job.envelope is not None and writes.record is not None
-    ]
-    kv, bucket = client.connection.kv, client.names.results_bucket
-    batched: dict[int, Awaitable[PubAck]] = {}
-    if len(keyed) > 1:
-        for start in range(0, len(keyed), BATCH):
-            chunk = keyed[start : start + BATCH]
-            ack = await kv.put_batch(bucket, [(key, record) for _, key, record in chunk])
-            if ack is not None:
-                batched.update((i, ack) for i, _, _ in chunk)
-    sent = []
+    """Publish a settle group's writes now: its result records, per results bucket, as
+    atomic batches when `atomic` and the bucket takes them (one write to disk for its share
+    of the group), else pipelined in one socket write; each dead letter pipelined. Per
+    verdict, the acks of its record and its letter (a refused batch fails each record,
+    which its verdict then writes again alone)."""
+    by_bucket: dict[str, list[tuple[int, str, bytes]]] = {}
     for i, (job, writes) in enumerate(verdicts):
-        alone = Writes(None if i in batched else writes.record, writes.letter)
-        record, letter = await send(client, job, alone)
-        sent.append((batched.get(i, record), letter))
+        if job.envelope is not None and writes.record is not None:
+            key = safe_id(job.envelope.id)
+            by_bucket.setdefault(client.results.of(key), []).append((i, key, writes.record))
+    records: dict[int, Awaitable[PubAck]] = {}
+    for bucket, keyed in by_bucket.items():
+        if atomic:
+            records.update(await _batches(client, bucket, keyed))
+        left = [(i, key, record) for i, key, record in keyed if i not in records]
+        if left:
+            acks = await client.connection.kv.put_many_nowait(bucket, [(k, r) for _, k, r in left])
+            records.update(zip([i for i, _, _ in left], acks, strict=True))
+    sent = []
+    for i, (_, writes) in enumerate(verdicts):
+        letter = None if writes.letter is None else await send_letter(client, writes.letter)
+        sent.append((records.get(i), letter))
     return sent
+
+
+async def _batches(
+    client: Client, bucket: str, keyed: list[tuple[int, str, bytes]]
+) -> dict[int, Awaitable[PubAck]]:
+    """One bucket's records sent as atomic batches (a lone record is not): the ack of each
+    record's batch, by verdict, for the batches the bucket took."""
+    batched: dict[int, Awaitable[PubAck]] = {}
+    if len(keyed) < 2:
+        return batched
+    for start in range(0, len(keyed), BATCH):
+        chunk = keyed[start : start + BATCH]
+        ack = await client.connection.kv.put_batch(bucket, [(k, r) for _, k, r in chunk])
+        if ack is not None:
+            batched.update((i, ack) for i, _, _ in chunk)
+    return batched
 
 
 async def store(

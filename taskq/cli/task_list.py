@@ -28,7 +28,10 @@ def tasks() -> None:
 @click.option("--id", "id_prefix", metavar="PREFIX", help="ids starting with PREFIX")
 @click.option("--limit", type=click.IntRange(1), default=50, show_default=True)
 @click.option(
-    "--before", type=click.IntRange(1), metavar="SEQ", help="older than SEQ (a `more:` line's)"
+    "--before",
+    type=click.IntRange(1),
+    metavar="CURSOR",
+    help="older than CURSOR (a `more:` line's)",
 )
 @click.option("--json", "as_json", is_flag=True, help="an array of objects, for scripts")
 @pass_ctx

@@ -40,12 +40,13 @@ def duration(value: str | None, name: str) -> float | None:
 
 
 def cursor(values: Mapping[str, Any], name: str) -> int | None:
-    """A page cursor (a DLQ sequence number)."""
+    """A page cursor: a stream sequence, or a stored time in microseconds (the tasks of a
+    partitioned results layout)."""
     value = text(values, name)
     if value is None:
         return None
     if not value.isdigit():
-        raise DashboardError(400, f"{name} must be a sequence number, not {value!r}")
+        raise DashboardError(400, f"{name} must be a page cursor (a whole number), not {value!r}")
     return int(value)
 
 

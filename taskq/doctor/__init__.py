@@ -20,7 +20,9 @@ async def diagnose(settings: Settings, monitors: list[str]) -> list[Check]:
     client = await Client.connect(settings)
     try:
         facts = await gather(client, monitors)
-        found = await probe_rights(client.connection.probes, client.names)
+        found = await probe_rights(
+            client.connection.probes, client.names, client.results.configured
+        )
     finally:
         await client.close()
     return [*deployment(facts), judge_rights(found)]

@@ -11,7 +11,7 @@ that would store them refuses instead; subscriptions end at once.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from taskq.doctor.report import Check, ok, warn
@@ -32,9 +32,12 @@ class Right:
     body: Mapping[str, object] | None = None
 
 
-def rights(names: Names) -> list[Right]:
-    """Every probed capability, for the prefix of `names`: a worker's, then the rest."""
-    return [*_working(names), *_operating(names)]
+def rights(names: Names, results: Sequence[str] = ()) -> list[Right]:
+    """Every probed capability, for the prefix of `names` and its `results` buckets (the
+    default layout's when none are named): a worker's, then the rest. A right probed on
+    several buckets is held only when every probe is allowed."""
+    buckets = list(results) or [names.results_bucket]
+    return [*_working(names), *_on_results(buckets), *_operating(names)]
 
 
 def _probe(names: Names) -> str:
@@ -42,19 +45,28 @@ def _probe(names: Names) -> str:
 
 
 def _working(names: Names) -> list[Right]:
-    probe, p, kv = _probe(names), names.prefix, names.results_bucket
-    last_result = {"last_by_subj": f"$KV.{kv}.doctor-probe"}
+    probe, p = _probe(names), names.prefix
     pull = {"batch": 1, "no_wait": True}
     return [
         Right("stream_info", "read stream info", "api", f"STREAM.INFO.{probe}"),
         Right("enqueue", "enqueue tasks", "pub", f"{p}.q.doctor-probe.doctor"),
-        Right("read_results", "read results", "api", f"STREAM.MSG.GET.KV_{kv}", last_result),
         Right("pull_tasks", "pull tasks", "api", f"CONSUMER.MSG.NEXT.{probe}.doctor", pull),
         Right("consumer_info", "read consumer state", "api", f"CONSUMER.INFO.{probe}.doctor"),
-        Right("write_results", "write results", "pub", f"$KV.{kv}.doctor-probe"),
         Right("write_dead_letters", "write dead letters", "pub", f"{p}.dlq.doctor-probe.doctor"),
         Right("write_schedules", "write schedules", "pub", f"{p}.s.doctor-probe.doctor"),
     ]
+
+
+def _on_results(buckets: list[str]) -> list[Right]:
+    """Reading and writing records, on each results bucket."""
+    found = []
+    for kv in buckets:
+        last = {"last_by_subj": f"$KV.{kv}.doctor-probe"}
+        found.append(Right("read_results", "read results", "api", f"STREAM.MSG.GET.KV_{kv}", last))
+    found += [
+        Right("write_results", "write results", "pub", f"$KV.{kv}.doctor-probe") for kv in buckets
+    ]
+    return found
 
 
 def _operating(names: Names) -> list[Right]:
@@ -104,9 +116,11 @@ WORKER = PRODUCER | {
 SHIPPED = {"producer": PRODUCER, "worker": WORKER}
 
 
-async def probe_rights(probes: Probes, names: Names) -> list[tuple[Right, bool]]:
-    """Each right of `rights(names)`, tried: True when the server allowed it."""
-    return [(right, await _try(probes, right, names)) for right in rights(names)]
+async def probe_rights(
+    probes: Probes, names: Names, results: Sequence[str] = ()
+) -> list[tuple[Right, bool]]:
+    """Each right of `rights(names, results)`, tried: True when the server allowed it."""
+    return [(right, await _try(probes, right, names)) for right in rights(names, results)]
 
 
 async def _try(probes: Probes, right: Right, names: Names) -> bool:
@@ -130,7 +144,8 @@ def role_of(allowed: set[str], every: set[str]) -> str:
 
 def judge_rights(found: list[tuple[Right, bool]]) -> Check:
     """The permissions check: the role, what it may and may not do, and any excess."""
-    allowed = {r.key for r, yes in found if yes}
+    denied = {r.key for r, yes in found if not yes}  # on any bucket it was probed on
+    allowed = {r.key for r, yes in found if yes} - denied
     labels = {r.key: r.label for r, _ in found}
     role = role_of(allowed, set(labels))
     cannot = [labels[k] for k in labels if k not in allowed]

@@ -10,12 +10,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from taskq.errors import BrokerError, DecodeError
+from taskq.nats import internals
 from taskq.nats.claims import HEADROOM, Claims, is_claim
 from taskq.nats.connect import Events, open_client
 from taskq.nats.errors import ATOMIC_DISABLED, Guard
@@ -24,7 +25,7 @@ from taskq.nats.messages import Messages
 from taskq.nats.objects import Objects
 from taskq.nats.pipeline import Pipeline
 from taskq.nats.probes import Probes
-from taskq.nats.pull import Puller
+from taskq.nats.pull import Delivery, Puller
 from taskq.nats.records import Records
 from taskq.nats.streams import Streams
 from taskq.nats.types import PubAck
@@ -64,6 +65,7 @@ class Connection:
             self.messages,
             self.publish_atomic,
             client,
+            self.publish_many_nowait,
         )
         self.blobs = Objects(js, self._guard, self.sealer)
         self.claims = Claims(self.blobs, settings)
@@ -145,6 +147,30 @@ class Connection:
                 lambda done: self._drop_if_duplicate(done, fitted, subject, headers)
             )
         return acked
+
+    async def publish_many_nowait(
+        self, messages: list[tuple[str, bytes, dict[str, str] | None]], ack_timeout: float = 5.0
+    ) -> list[asyncio.Future[PubAck]]:
+        """`publish_nowait` for many messages, written as one buffer: per message its ack's
+        future. Bodies too large for one message go one by one (claim-checked)."""
+        sealed = [(s, self.seal(s, body, headers), headers) for s, body, headers in messages]
+        if all(len(body) + HEADROOM <= self.max_payload for _, body, _ in sealed):
+            return await self._pipeline.send_many(sealed, ack_timeout)
+        return [await self.publish_nowait(s, b, h, ack_timeout) for s, b, h in messages]
+
+    async def ack_all(self, deliveries: Sequence[Delivery]) -> None:
+        """Acknowledge deliveries of this connection with one socket write: each ack an
+        empty publish on its ack subject, as nats-py's `ack` sends it, but encoded here for
+        all of them at once (nats-py builds and queues a publish per message). Those
+        settled already are left out; nothing is sent when the write is refused."""
+        waiting = [d for d in deliveries if not d.settled]
+        if not waiting:
+            return
+        frames = b"".join([b"PUB %b 0\r\n\r\n" % d.ack_subject for d in waiting])
+        with self._guard:
+            await internals.write_many(self._nc, frames, len(waiting))
+        for delivery in waiting:
+            await delivery.acked_by_write()
 
     async def publish_atomic(
         self,

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Any, Protocol
 
 from nats.aio.client import Client
@@ -21,10 +23,11 @@ from nats.js.errors import (
     NoKeysError,
 )
 
-from taskq.errors import NotFound, NotProvisioned, PermissionDenied, TaskqError
+from taskq.errors import BrokerError, NotFound, NotProvisioned, PermissionDenied, TaskqError
 from taskq.nats import raw
 from taskq.nats.errors import STREAM_NAME_IN_USE, Guard, reply_error
 from taskq.nats.messages import Messages
+from taskq.nats.streams import rfc3339
 from taskq.nats.types import KVEntry, PubAck, StoredMessage
 from taskq.retrying import patiently
 from taskq.topology.specs import BucketSpec
@@ -32,6 +35,9 @@ from taskq.topology.specs import BucketSpec
 Publish = Callable[[str, bytes], Awaitable[Awaitable[PubAck]]]
 PublishAtomic = Callable[
     [str, list[tuple[str, bytes, dict[str, str]]]], Awaitable["asyncio.Future[PubAck] | None"]
+]
+PublishMany = Callable[
+    [list[tuple[str, bytes, dict[str, str] | None]]], Awaitable[list["asyncio.Future[PubAck]"]]
 ]
 Subscribe = Callable[[str, Callable[[str, bytes], Awaitable[None]]], Awaitable[Any]]
 
@@ -59,6 +65,7 @@ class KeyValue:
         messages: Messages,
         publish_atomic: PublishAtomic,
         nc: Client,
+        publish_many: PublishMany,
     ) -> None:
         self._js = js
         self._nc = nc  # raw API requests (what nats-py's calls cannot ask)
@@ -66,6 +73,7 @@ class KeyValue:
         self._messages = messages  # batched direct gets: a bucket read by sequence
         self._guard = guard
         self._publish = publish  # seals what it publishes to a sealed bucket
+        self._publish_many = publish_many  # the same, for many puts in one write
         self._subscribe = subscribe  # opens what it receives
         self._seal = seal
         self._opened = opened  # a value as plaintext: claim fetched, seal opened
@@ -141,6 +149,12 @@ class KeyValue:
         """Send a put now; the future holds the server's ack (writes of many keys pipelined,
         awaited together)."""
         return await self._publish(subject(bucket, key), value)
+
+    async def put_many_nowait(
+        self, bucket: str, items: list[tuple[str, bytes]]
+    ) -> list[asyncio.Future[PubAck]]:
+        """`put_nowait` for many keys, sent with one write: per item, its ack's future."""
+        return await self._publish_many([(subject(bucket, k), v, None) for k, v in items])
 
     async def get(self, bucket: str, key: str) -> tuple[bytes, int] | None:
         """The current value and revision of `key`, or None if absent (or deleted)."""
@@ -287,6 +301,22 @@ class KeyValue:
         start = len(subject(bucket, ""))
         last = await self._messages.latest(stream(bucket), [subject(bucket, k) for k in keys])
         return {name[start:]: seq for name, seq in last.items()}
+
+    async def seq_at(self, bucket: str, when: datetime) -> int | None:
+        """The first stream sequence of the bucket stored at or after `when` (None: nothing
+        stored since): where a read by time starts, in sequences for `window`. One direct
+        get by `start_time` (the server finds it by its per-block times). Needs
+        `allow_direct_reads`."""
+        body = json.dumps({"start_time": rfc3339(when)}).encode()
+        with self._guard:
+            msg = await self._nc.request(f"$JS.API.DIRECT.GET.{stream(bucket)}", body, timeout=5.0)
+        headers = msg.headers or {}
+        status = headers.get("Status")
+        if status == "404":  # nothing stored at or after it
+            return None
+        if status:
+            raise BrokerError(f"direct get by time: {status} {headers.get('Description', '')}")
+        return int(headers.get("Nats-Sequence", "0")) or None
 
     async def allow_direct_reads(self, bucket: str) -> None:
         """Let the bucket's stream answer batched direct gets (`window`, `latest`): buckets

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
+from datetime import datetime
 from typing import Any
 
 from nats.aio.client import Client
@@ -291,8 +292,17 @@ def _from_batch(msg: Msg, headers: dict[str, str], seals: Seals) -> StoredMessag
         seq=int(headers.pop("Nats-Sequence", "0")),
         data=seals.keep(subject, headers, msg.data),
         headers={k: v for k, v in headers.items() if not k.startswith("Nats-") or k in _KEPT},
-        time=None,
+        time=_stamp(headers.pop("Nats-Time-Stamp", "")),
     )
+
+
+def _stamp(text: str) -> datetime | None:
+    """When the server stored a message (its `Nats-Time-Stamp`, RFC 3339 with nanoseconds,
+    cut to microseconds), or None."""
+    try:
+        return datetime.fromisoformat(text) if text else None
+    except ValueError:
+        return None
 
 
 REPLY_GAP = 10.0  # seconds a batched direct get may go quiet before it is given up

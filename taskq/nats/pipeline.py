@@ -44,6 +44,24 @@ def unbatched(headers: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in headers.items() if k[:11].lower() != BATCH_HEADERS}
 
 
+def _frame(subject: str, reply: str, body: bytes, headers: dict[str, str] | None) -> bytes:
+    """One publish with a reply subject, as the protocol has it (PUB, or HPUB with headers;
+    an atomic batch's headers dropped, as `send` drops them)."""
+    headers = unbatched(headers) if headers else None
+    if not headers:
+        return b"PUB %b %b %d\r\n%b\r\n" % (subject.encode(), reply.encode(), len(body), body)
+    block = header_block(headers)
+    size = len(block) + len(body)
+    return b"HPUB %b %b %d %d\r\n%b%b\r\n" % (
+        subject.encode(),
+        reply.encode(),
+        len(block),
+        size,
+        block,
+        body,
+    )
+
+
 class Pipeline:
     """Pipelined publishes on one connection (opened on first use)."""
 
@@ -95,6 +113,38 @@ class Pipeline:
             self._waiting.pop(token, None)
             raise
         return future
+
+    async def send_many(
+        self, messages: list[tuple[str, bytes, dict[str, str] | None]], ack_timeout: float
+    ) -> list[asyncio.Future[PubAck]]:
+        """`send` for many messages at once, written as one protocol buffer encoded here
+        (nats-py builds and queues a publish per message): per message its future, as
+        `send` returns it. Everything is checked before anything is sent."""
+        for subject, _, headers in messages:
+            check(subject, unbatched(headers) if headers else None)
+        if not self._prefix:
+            await self._open()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + ack_timeout
+        frames, futures, tokens = bytearray(), [], []
+        for subject, body, headers in messages:
+            self._sent += 1
+            token = str(self._sent)
+            future: asyncio.Future[PubAck] = loop.create_future()
+            self._waiting[token] = (future, deadline, ack_timeout)
+            futures.append(future)
+            tokens.append(token)
+            frames += _frame(subject, self._prefix + token, body, headers)
+        if self._sweep is None:
+            self._sweep = loop.call_later(SWEEP, self._overdue)
+        try:
+            with self._guard:
+                await internals.write_many(self._nc, bytes(frames), len(messages))
+        except BaseException:
+            for token in tokens:
+                self._waiting.pop(token, None)
+            raise
+        return futures
 
     async def send_unanswered(self, messages: list[tuple[str, bytes, dict[str, str]]]) -> None:
         """Publish now, with no reply subject: an atomic batch's messages before its commit

@@ -105,6 +105,11 @@ class Delivery:
         return headers.get(name) if headers else None
 
     @property
+    def ack_subject(self) -> bytes:
+        """Where this delivery is settled: the server's `$JS.ACK...` reply subject."""
+        return self._msg.reply.encode()
+
+    @property
     def pending(self) -> int:
         """Messages still pending for this consumer after this one (from the ack subject)."""
         return self._pending
@@ -116,6 +121,17 @@ class Delivery:
     async def ack(self) -> None:
         with self._guard:
             await self._msg.ack()
+        if self._claim is not None:
+            await self._release()
+
+    @property
+    def settled(self) -> bool:
+        """True once an ack, NAK or TERM was sent for this delivery."""
+        return self._msg.is_acked
+
+    async def acked_by_write(self) -> None:
+        """Note an ack the connection wrote for this delivery (`Connection.ack_all`)."""
+        internals.mark_settled(self._msg)
         if self._claim is not None:
             await self._release()
 

@@ -244,6 +244,25 @@ class Streams:
             if not page or len(found) >= int(reply.get("total", 0)):
                 return found
 
+    async def names(self, subject: str | None = None) -> list[str]:
+        """Every stream's name (with `subject`, those whose subjects overlap it): the
+        names-only listing, which roles that may not read stream configs may ask for."""
+        found: list[str] = []
+        while True:
+            body: dict[str, Any] = {"offset": len(found)}
+            if subject:
+                body["subject"] = subject
+            reply = await patiently(
+                lambda b=body: raw.request(self._nc, self._guard, "STREAM.NAMES", b)  # type: ignore[misc]
+            )
+            error = reply_error(reply, "list stream names")
+            if error is not None:
+                raise error
+            page = [name for name in reply.get("streams") or [] if isinstance(name, str)]
+            found += page
+            if not page or len(found) >= int(reply.get("total", 0)):
+                return found
+
     async def _list_page(self, offset: int, subject: str | None) -> dict[str, Any]:
         body: dict[str, Any] = {"offset": offset}
         if subject:

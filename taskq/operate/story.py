@@ -16,6 +16,7 @@ from typing import Any
 
 from taskq.client import Client, ClientSource
 from taskq.ids import safe_id
+from taskq.nats import KVEntry
 from taskq.operate.locate import Waiting, find_waiting
 from taskq.records.envelope import MSG_ID
 from taskq.records.heartbeats import running_on
@@ -96,10 +97,9 @@ async def story(source: ClientSource, task_id: str) -> TaskStory | None:
 
 
 async def _records(client: Client, task_id: str) -> list[ResultRecord]:
-    kv, bucket = client.connection.kv, client.names.results_bucket
-    history = await kv.history(bucket, safe_id(task_id))
+    history = await _history(client, safe_id(task_id))
     if not history and _DIGEST.fullmatch(task_id):  # a key as listed (taskq.operate.task_list)
-        history = await kv.history(bucket, task_id)
+        history = await _history(client, task_id)
     found = []
     for entry in history:
         if not entry.deleted:
@@ -108,6 +108,15 @@ async def _records(client: Client, task_id: str) -> list[ResultRecord]:
             except ValueError:
                 continue
     return found
+
+
+async def _history(client: Client, key: str) -> list[KVEntry]:
+    """The key's records in its results bucket, else in one a changed layout left."""
+    kv = client.connection.kv
+    history = await kv.history(client.results.of(key), key)
+    for bucket in [] if history else await client.results.elsewhere(key):
+        history = history or await kv.history(bucket, key)
+    return history
 
 
 def _attempt(record: ResultRecord) -> Attempt:

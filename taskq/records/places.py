@@ -13,8 +13,8 @@ therefore fails authentication and is `undecodable`. Contexts (parts joined by N
 * a debounced burst's record (`limit.debounce`): `debounce`, its subject;
 * a durable workflow run's journal event (`wf`): `journal`, its subject;
 * dead letter (`dlq`): `dead`, subject, the `Taskq-Id` header;
-* KV value (`$KV.<PREFIX>_RESULTS|FLOWS|PROGRESS.<key>`): `result`, `workflow` or
-  `progress`, bucket, key;
+* KV value (`$KV.<PREFIX>_RESULTS|FLOWS|PROGRESS.<key>`, and a partitioned results layout's
+  `$KV.<PREFIX>_RESULTS_P<i>.<key>`): `result`, `workflow` or `progress`, bucket, key;
 * object-store copy of a dead letter's original: `blob`, bucket, object name.
 
 nats-server refuses a client's message carrying `Nats-Scheduler` on a stream with schedules
@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from taskq.records.envelope import MSG_ID
 from taskq.records.sealing import Sealer, is_sealed
+from taskq.topology.names import Names
 
 CLAIM = b"\x00TQC1"  # a claim-check reference (taskq.nats.claims): not sealed itself
 SCHEDULER = "Nats-Scheduler"  # set by the server on a fired schedule's message
@@ -79,6 +80,7 @@ class Places:
         self.prefix = prefix
         up = prefix.upper()
         self._buckets = {f"{up}_{name}": kind for name, kind in KV_KINDS.items()}
+        self._names = Names(prefix)
 
     def at(self, subject: str, headers: Headers = None) -> Place | None:
         """The place of a body on `subject` (with `headers`); None when bodies there hold
@@ -113,6 +115,8 @@ class Places:
     def _kv(self, subject: str) -> Place | None:
         parts = subject.split(".", 2)
         kind = self._buckets.get(parts[1]) if len(parts) == 3 else None
+        if kind is None and len(parts) == 3 and self._names.is_results_bucket(parts[1]):
+            kind = "result"  # a partitioned results layout's bucket
         if kind is None:
             return None
         return Place(kind, _context(kind, parts[1], parts[2]), subject)

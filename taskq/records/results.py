@@ -27,7 +27,7 @@ from taskq.errors import ResultTimeout, StorageFull, TaskCancelled, TaskDropped,
 from taskq.ids import safe_id
 from taskq.records.clock import now_iso
 from taskq.retrying import patiently, retry_transient
-from taskq.topology.specs import results_bucket
+from taskq.topology.specs import results_buckets
 
 log = logging.getLogger("taskq")
 
@@ -79,8 +79,12 @@ _FIELDS = tuple(ResultRecord.model_fields)
 
 
 async def ensure_results(client: Client) -> None:
-    spec = results_bucket(client.names, client.settings)
-    await retry_transient(lambda: client.connection.kv.ensure(spec), what="results bucket set-up")
+    """Every bucket of the configured results layout exists (made when missing)."""
+    for spec in results_buckets(client.names, client.settings):
+        await retry_transient(
+            lambda s=spec: client.connection.kv.ensure(s),  # type: ignore[misc]
+            what="results bucket set-up",
+        )
 
 
 _DEFAULTS = {name: info.default for name, info in ResultRecord.model_fields.items()}
@@ -103,7 +107,8 @@ async def store(client: Client, task_id: str, record: ResultRecord) -> None:
 async def store_encoded(client: Client, task_id: str, body: bytes) -> None:
     """Write a record already `encoded` (acknowledged by the server, retried while transient);
     a record refused by a full store is skipped with a warning."""
-    bucket, key = client.names.results_bucket, safe_id(task_id)
+    key = safe_id(task_id)
+    bucket = client.results.of(key)
     try:
         await retry_transient(
             lambda: client.connection.kv.put(bucket, key, body), what="result write"
@@ -118,7 +123,7 @@ async def fetch(source: ClientSource, task_id: str) -> ResultRecord | None:
     """The task's record as it stands (None: no record yet)."""
     client = await source.client()
     await ensure_results(client)
-    return await _read(client, safe_id(task_id))
+    return await _read(client, safe_id(task_id), anywhere=True)
 
 
 async def wait(source: ClientSource, task_id: str, timeout: float | None) -> ResultRecord:
@@ -126,7 +131,7 @@ async def wait(source: ClientSource, task_id: str, timeout: float | None) -> Res
     client = await source.client()
     await ensure_results(client)
     key = safe_id(task_id)
-    async with key_updates(client, client.names.results_bucket, key) as updates:
+    async with key_updates(client, client.results.of(key), key) as updates:
         return await _final(client, key, task_id, updates, timeout)
 
 
@@ -166,13 +171,22 @@ async def _final(
         except TimeoutError:
             # A write that reached the server just before our subscription may not have
             # been readable yet at the first read: read again, less often each time.
-            record = await _read(client, key) or record
+            record = await _read(client, key, anywhere=True) or record
             recheck = min(recheck * 2, 2.0)
     return record
 
 
-async def _read(client: Client, key: str) -> ResultRecord | None:
-    bucket = client.names.results_bucket
+async def _read(client: Client, key: str, *, anywhere: bool = False) -> ResultRecord | None:
+    """The key's record in its bucket; `anywhere`: else in any other results bucket (one
+    a changed layout left)."""
+    record = await _read_in(client, client.results.of(key), key)
+    if record is None and anywhere:
+        for bucket in await client.results.elsewhere(key):
+            record = record or await _read_in(client, bucket, key)
+    return record
+
+
+async def _read_in(client: Client, bucket: str, key: str) -> ResultRecord | None:
     # an idempotent read: it rides out a leader election (a node lost in a cluster)
     found = await patiently(lambda: client.connection.kv.get(bucket, key))
     return _parse(found[0]) if found else None

@@ -78,10 +78,12 @@ class TestWorker:
 
 async def _records(app: App) -> dict[str, ResultRecord]:
     client = await app.client()
-    try:
-        entries = await client.connection.kv.entries(client.names.results_bucket)
-    except NotFound:
-        return {}
+    entries = []
+    for bucket in await client.results.existing():
+        try:
+            entries += await client.connection.kv.entries(bucket)
+        except NotFound:
+            continue
     records = {}
     for entry in entries:
         try:

@@ -241,7 +241,20 @@ class Names:
     # key-value and object stores
     @property
     def results_bucket(self) -> str:
+        """The results bucket of the default layout (`results_partitions` 1)."""
         return f"{self._up}_RESULTS"
+
+    def results_partition(self, partition: int) -> str:
+        """One bucket of a partitioned results layout (taskq.records.result_buckets)."""
+        return f"{self._up}_RESULTS_P{partition}"
+
+    def is_results_bucket(self, bucket: str) -> bool:
+        """True for a results bucket of this prefix, in any layout."""
+        base = self.results_bucket
+        tail = bucket[len(base) + 2 :]
+        return bucket == base or (
+            bucket.startswith(base + "_P") and tail.isascii() and tail.isdigit()
+        )
 
     @property
     def flows_bucket(self) -> str:

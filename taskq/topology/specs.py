@@ -222,15 +222,26 @@ def events_consumer(names: Names) -> ConsumerSpec:
 RESULT_HISTORY = 16  # a retried task's earlier records are its attempts (`taskq task ID`)
 
 
-def results_bucket(names: Names, settings: Settings) -> BucketSpec:
+def results_bucket(names: Names, settings: Settings, bucket: str | None = None) -> BucketSpec:
+    """The results bucket (or one of a partitioned layout's, `bucket`)."""
     return BucketSpec(
-        names.results_bucket,
+        bucket or names.results_bucket,
         ttl=settings.results_ttl,
         history=RESULT_HISTORY,
         replicas=settings.replicas,
         direct=True,  # recent tasks are listed by reading it by sequence (taskq.operate.task_list)
         atomic=True,  # a settle group's records are one batch (workers/writes.py)
     )
+
+
+def results_buckets(names: Names, settings: Settings) -> list[BucketSpec]:
+    """Every bucket of the configured results layout (taskq.records.result_buckets)."""
+    if settings.results_partitions == 1:
+        return [results_bucket(names, settings)]
+    return [
+        results_bucket(names, settings, names.results_partition(i))
+        for i in range(settings.results_partitions)
+    ]
 
 
 def workers_bucket(names: Names, settings: Settings) -> BucketSpec:

@@ -79,7 +79,10 @@ async def workflow_story(source: ClientSource, ref: str) -> WorkflowStory | None
 async def _from_results(client: Client, flow: str, steps: dict[str, WorkflowStep]) -> set[str]:
     """Steps with a result record; returns the final ids those records name."""
     await ensure_results(client)
-    keys = await client.connection.kv.keys(client.names.results_bucket, f"{flow}.*")
+    keys = []
+    for bucket in await client.results.existing():  # a flow's members hash to any of them
+        keys += await client.connection.kv.keys(bucket, f"{flow}.*")
+    keys = sorted(set(keys))
     records = await asyncio.gather(*(fetch(client, key) for key in keys))
     finals: set[str] = set()
     for key, record in zip(keys, records, strict=True):

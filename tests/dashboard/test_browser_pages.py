@@ -69,6 +69,8 @@ async def test_schedules_workflows_workers_and_the_keyboard(
         await page.keyboard.press("Enter")
         await expect(page.locator("h1")).to_contain_text(f"Group {members.id}")
         await expect(page.locator("table.steps tbody tr")).to_have_count(3)
+        # the keys are read by a deferred script: pressed before it ran, they would be lost
+        await page.wait_for_load_state("load")
         await page.keyboard.press("g")
         await page.keyboard.press("w")
         await expect(page.locator("h1")).to_have_text("Workers")
