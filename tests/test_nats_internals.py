@@ -98,3 +98,35 @@ def test_a_delivery_reads_its_ack_subject_as_nats_py_does(
     meta = msg.metadata  # nats-py's own reading of the same subject
     assert (meta.stream, meta.num_delivered, meta.sequence.stream, meta.num_pending) == expected
     assert (delivery.stream, delivery.num_delivered, delivery.seq, delivery.pending) == expected
+
+
+HEADER_BLOCKS = [
+    b"Nats-Msg-Id: abc\r\nTaskq-Task: noop\r\n\r\n",
+    b"A:1\r\nB:\t2 \r\n",  # no space after the colon, a tab, trailing blanks
+    b"Bad Name: x\r\nGood: y\r\n",  # a name with a space inside: skipped
+    b"Tab\tName: x\r\nSep\x1cName: y\r\nOk: z\r\n",  # ASCII whitespace str.isspace() knows
+    b"  Padded  : v\r\n",  # blanks around a name are stripped
+    b"No colon here\r\n: empty name\r\n",
+    "Caf\u00e9: x\r\nK: v\u00e9\r\n".encode(),  # a non-ASCII name: skipped; a UTF-8 value
+    b"K: \xff\xfe broken\r\n",  # malformed UTF-8 in a value: replaced
+    b"Dup: 1\r\nDup: 2\r\n",  # the last wins
+    b"",
+]
+
+
+@pytest.mark.parametrize("raw", HEADER_BLOCKS)
+def test_header_lines_parse_as_nats_py_parses_them(raw: bytes) -> None:
+    from nats.aio.client import Client
+
+    assert internals.parse_header_lines(raw) == Client._parse_header_lines(raw)
+
+
+async def test_a_connection_parses_headers_with_taskq_s_parser(nats_url: str) -> None:
+    from taskq.nats import Connection
+    from taskq.settings import Settings
+
+    connection = await Connection.connect(Settings.load(url=nats_url))
+    try:
+        assert connection._nc._parse_header_lines is internals.parse_header_lines
+    finally:
+        await connection.close()

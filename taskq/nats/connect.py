@@ -81,6 +81,7 @@ async def open_client(settings: Settings, name: str, events: Events) -> Client:
                 await client.close()
         raise ConnectError(settings.url, _describe(last)) from None
     internals.check_client(client)
+    internals.speed_up_headers(client)
     client.options["max_reconnect_attempts"] = -1  # from now on, never give up
     events.live = True
     return client

@@ -13,6 +13,9 @@ nats-py (pinned to the tested range in pyproject.toml) has no public API for the
   server read them; `taskq doctor`'s probes first wait for the queue to be written.
 - `Client._server_info`: the INFO the connected server sent (version, cluster, TLS, auth),
   which `taskq doctor` reports; nats-py exposes only the version of it.
+- `Client._parse_header_lines`: replaced, per client, by `parse_header_lines` (the same
+  result, without a generator step per character of every header name: 8% of a drain's
+  time went to nats-py's check that a name holds no whitespace).
 - `Client._send_command` / `_flush_queue`: an atomic batch's messages before its commit are
   queued as one protocol buffer (`write_many`), encoded in one pass by taskq, instead of
   nats-py's header regex, translate and buffer work per message (40% of a bulk enqueue).
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 from typing import Any
 
 import nats.errors
@@ -35,6 +39,33 @@ from nats.aio.msg import Msg
 from taskq.errors import BrokerError
 
 TESTED = "nats-py>=2.16,<2.17"
+
+
+_CRLF = b"\r\n"
+# what str.isspace() is true for among ASCII characters (header names are ASCII)
+_SPACE = re.compile(rb"[\t\n\x0b\x0c\r\x1c-\x1f ]")
+
+
+def parse_header_lines(raw: bytes) -> dict[str, str]:
+    """nats-py's `Client._parse_header_lines`, line for line, with its per-character check
+    of a name for whitespace done by one regex search over the name's bytes."""
+    out: dict[str, str] = {}
+    for line in raw.split(_CRLF):
+        if not line:
+            continue
+        name, sep, value = line.partition(b":")
+        if not sep:
+            continue
+        name = name.strip()
+        if not name.isascii() or _SPACE.search(name):
+            continue  # a name that is no token: skipped, as nats-py skips it
+        out[name.decode("ascii")] = value.strip().decode("utf-8", "replace")
+    return out
+
+
+def speed_up_headers(client: Client) -> None:
+    """Parse the headers of what `client` receives with `parse_header_lines`."""
+    client._parse_header_lines = parse_header_lines  # type: ignore[method-assign]
 
 
 def pending_queue(sub: Any) -> asyncio.Queue[Msg]:
@@ -101,6 +132,8 @@ def check_client(client: Client) -> None:
         _changed("Client._flush_pending")
     if not callable(getattr(client, "_send_command", None)):
         _changed("Client._send_command")
+    if not callable(getattr(client, "_parse_header_lines", None)):
+        _changed("Client._parse_header_lines")
     for name in ("_flush_queue", "_max_pending_size", "_pending_data_size"):
         if not hasattr(client, name):
             _changed(f"Client.{name}")
