@@ -87,3 +87,19 @@ async def test_acks_in_one_write_settle_every_delivery(app: App) -> None:
         return (await client.connection.streams.state(stream)).messages == 0
 
     await wait_until(emptied)
+
+
+def test_what_passed_as_a_subject_is_still_checked_as_a_header_name() -> None:
+    """The check remembers what passed, subjects apart from header names: `a:b` is a
+    subject, never a header name (its colon would end the name early)."""
+    from taskq.nats.outbound import check
+
+    check("a:b")
+    check("a:b")  # remembered: still fine
+    with pytest.raises(UnsafeName):
+        check("subject", {"a:b": "v"})
+    with pytest.raises(UnsafeName):
+        check("subject", {"Name": "line\r\nInjected: 1"})  # values are checked every time
+    check("subject", {"Name": "v"})
+    with pytest.raises(UnsafeName):
+        check("subject", {"Name": "v\n"})

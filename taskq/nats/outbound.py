@@ -22,12 +22,31 @@ _BREAKS = re.compile(r"[\r\n\x00]")
 _NAME = re.compile(r"[!-9;-~]+")  # a header name: printable, no space, no colon
 
 
+# subjects, and apart from them header names, checked already (a bulk enqueue's messages
+# share them): each kept up to MAX_PASSED, then forgotten all at once
+_SUBJECTS: dict[str, None] = {}
+_NAMES: dict[str, None] = {}
+MAX_PASSED = 4096
+
+
 def check(subject: str, headers: dict[str, str] | None = None) -> None:
     """Raise UnsafeName unless `subject` is a valid publish subject and every header name
     and value fits on its header line."""
-    if len(subject) > MAX_SUBJECT or not _SUBJECT.fullmatch(subject):
-        raise UnsafeName("subject", subject)
+    if subject not in _SUBJECTS:
+        if len(subject) > MAX_SUBJECT or not _SUBJECT.fullmatch(subject):
+            raise UnsafeName("subject", subject)
+        _passed(_SUBJECTS, subject)
     if headers:
         for name, value in headers.items():
-            if _BREAKS.search(value) or not _NAME.fullmatch(name):
+            if _BREAKS.search(value):
                 raise UnsafeName(f"header {name[:40]!r}", value)
+            if name not in _NAMES:
+                if not _NAME.fullmatch(name):
+                    raise UnsafeName(f"header {name[:40]!r}", value)
+                _passed(_NAMES, name)
+
+
+def _passed(seen: dict[str, None], text: str) -> None:
+    if len(seen) >= MAX_PASSED:
+        seen.clear()
+    seen[text] = None
