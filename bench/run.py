@@ -14,7 +14,7 @@ bulk enqueue, a one-process drain and latency, each beside the raw loop on that 
 server; and per scenario what `always` costs against the default server of the same run
 (rate ratio and extra microseconds per task).
 
-The targets (issue 30) against the raw loop: default sync, enqueue one by one >= 0.95x,
+The targets against the raw loop: default sync, enqueue one by one >= 0.95x,
 bulk >= 0.8x, a one-process drain with result records >= 0.5x, p50 <= 1.0x; durable, p50
 <= 1.2x. The targets against the peers are `bench/peers.py`'s.
 """

@@ -4,6 +4,9 @@ nats-py (pinned to the tested range in pyproject.toml) has no public API for the
 - `Subscription._pending_queue` / `_pending_size`: the pull loop reads a subscription's own
   queue, as nats-py's `fetch` does, instead of a callback (a task hop per message) or
   `next_msg` (a `wait_for` task per message); it must keep the slow-consumer count right.
+- `Subscription._pending_queue` replaced (`deliver_directly`): the publish pipeline's
+  replies are handed to it inside nats-py's read loop, as nats-py hands a request's reply
+  to its future, instead of waking a task that reads the queue (a loop turn per publish).
 - `Msg._ackd`: a TERM with a reason is sent as a raw publish (nats-py's `term()` sends none),
   so the message is marked settled by hand.
 - `Client._err`: why the last connect attempt failed, when the connect call only says "no
@@ -29,7 +32,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import re
+from collections.abc import Callable
 from typing import Any
 
 import nats.errors
@@ -39,6 +44,7 @@ from nats.aio.msg import Msg
 from taskq.errors import BrokerError
 
 TESTED = "nats-py>=2.16,<2.17"
+log = logging.getLogger("taskq")
 
 
 _CRLF = b"\r\n"
@@ -72,6 +78,40 @@ def pending_queue(sub: Any) -> asyncio.Queue[Msg]:
     """The queue nats-py fills with a subscription's messages."""
     queue: asyncio.Queue[Msg] = sub._pending_queue
     return queue
+
+
+class _Direct:
+    """Stands in for a subscription's pending queue: each message nats-py's read loop
+    would queue goes to `take` at once. `take` must not raise (it runs inside the read
+    loop): errors are logged and the message dropped."""
+
+    def __init__(self, sub: Any, take: Callable[[Msg], None]) -> None:
+        self._sub = sub
+        self._take = take
+
+    def put_nowait(self, msg: Msg) -> None:
+        self._sub._pending_size -= len(msg.data)  # counted as pending by nats-py: it is not
+        try:
+            self._take(msg)
+        except Exception:
+            log.exception("a reply could not be handled; its publish will time out")
+
+    def qsize(self) -> int:
+        return 0
+
+    def empty(self) -> bool:
+        return True
+
+    def task_done(self) -> None:
+        return None
+
+    async def join(self) -> None:
+        return None
+
+
+def deliver_directly(sub: Any, take: Callable[[Msg], None]) -> None:
+    """Hand each message of `sub` to `take` as nats-py reads it (see `_Direct`)."""
+    sub._pending_queue = _Direct(sub, take)
 
 
 def taken(sub: Any, msg: Msg) -> Msg:

@@ -11,7 +11,6 @@ publish on the same future, and the reply is read into taskq's own PubAck.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any
 
 import nats.js.errors
@@ -71,7 +70,6 @@ class Pipeline:
         self._prefix = ""
         self._opening: asyncio.Future[None] | None = None
         self._sent = 0
-        self._reader: asyncio.Task[None] | None = None
         # token -> (the publish's future, its deadline on the loop's clock, its timeout)
         self._waiting: dict[str, tuple[asyncio.Future[PubAck], float, float]] = {}
         self._sweep: asyncio.TimerHandle | None = None
@@ -172,7 +170,7 @@ class Pipeline:
             with self._guard:
                 sub = await self._nc.subscribe(prefix + "*")
             internals.check_subscription(sub)
-            self._reader = asyncio.create_task(self._read(sub))
+            internals.deliver_directly(sub, self._on_reply)
             self._prefix = prefix
             self._opening.set_result(None)
         except BaseException as exc:
@@ -191,19 +189,6 @@ class Pipeline:
         for future, _, _ in waiting.values():
             if not future.done():
                 future.set_exception(TransientError("the connection closed before the ack"))
-        if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
-
-    async def _read(self, sub: Any) -> None:
-        """Answer replies as they come, every one already queued in the same turn: one
-        wake-up per burst of acks, not a callback task step per ack."""
-        queue = internals.pending_queue(sub)
-        while True:
-            self._on_reply(internals.taken(sub, await queue.get()))
-            while not queue.empty():
-                self._on_reply(internals.taken(sub, queue.get_nowait()))
 
     def _on_reply(self, msg: Msg) -> None:
         waiting = self._waiting.pop(msg.subject[len(self._prefix) :], None)
