@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -45,7 +46,7 @@ def cpu_seconds(pids: list[int]) -> float:
 
 async def one_run(
     url: str, servers: list[int], tasks: int, lean: bool, replicas: int, results: int = 1
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """CPU µs per task of the servers (and of the busiest one), the worker and the
     producer, and the drain's rate."""
     prefix = fresh_prefix()
@@ -75,7 +76,7 @@ async def one_run(
         took = time.perf_counter() - started
         worker = cpu_seconds([child.pid]) - start_worker
         after = cpu_seconds(servers)
-        busiest = max(cpu_seconds([pid]) - was for pid, was in zip(servers, each, strict=True))
+        shares = [cpu_seconds([pid]) - was for pid, was in zip(servers, each, strict=True)]
     finally:
         child.kill()
         child.wait()
@@ -86,13 +87,13 @@ async def one_run(
         "server, drain": (after - enqueued[0]) * micro,
         "producer": (enqueued[1] - before[1]) * micro,
         "worker": worker * micro,
-        "busiest server": busiest * micro,
+        "per server": sorted((s * micro for s in shares), reverse=True),
         "drain/s": tasks / took,
     }
 
 
-async def measure(tasks: int) -> dict[str, dict[str, float]]:
-    rows: dict[str, dict[str, float]] = {}
+async def measure(tasks: int) -> dict[str, dict[str, Any]]:
+    rows: dict[str, dict[str, Any]] = {}
     for sync, label in ((None, "1 server, R1"), ("always", "1 server, R1, sync always")):
         with (
             tempfile.TemporaryDirectory() as store,
@@ -118,12 +119,12 @@ async def measure(tasks: int) -> dict[str, dict[str, float]]:
     return rows
 
 
-def table(rows: dict[str, dict[str, float]], tasks: int) -> str:
+def table(rows: dict[str, dict[str, Any]], tasks: int) -> str:
     lines = [
         f"{tasks} no-op tasks · one worker process · {os.cpu_count()} cores · "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
         "",
-        "| setting | server CPU µs/task (enqueue + drain) | busiest server µs/task "
+        "| setting | server CPU µs/task (enqueue + drain) | per server µs/task, busiest first "
         "| worker CPU µs/task | producer CPU µs/task (enqueue_many) | drain tasks/s |",
         "|---|---|---|---|---|---|",
     ]
@@ -131,7 +132,8 @@ def table(rows: dict[str, dict[str, float]], tasks: int) -> str:
         server = r["server, enqueue"] + r["server, drain"]
         lines.append(
             f"| {name} | {server:.1f} ({r['server, enqueue']:.1f} + {r['server, drain']:.1f}) "
-            f"| {r['busiest server']:.1f} | {r['worker']:.1f} | {r['producer']:.1f} "
+            f"| {' / '.join(f'{s:.0f}' for s in r['per server'])} | {r['worker']:.1f} "
+            f"| {r['producer']:.1f} "
             f"| {r['drain/s']:,.0f} |"
         )
     return "\n".join(lines) + "\n"
