@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 
-from taskq.errors import PermissionDenied
+from taskq.errors import TaskqError
 from taskq.nats import Connection
 from taskq.topology.names import Names
 from taskq.topology.partitions import partition_for
@@ -45,17 +45,18 @@ class ResultBuckets:
         return [self.names.results_partition(i) for i in range(self.partitions)]
 
     async def existing(self) -> list[str]:
-        """Every results bucket of the prefix on the server, in any layout: this layout's
-        first (those made already), then any other (left by an earlier layout)."""
+        """Every results bucket of the prefix, in any layout: this layout's first (readers
+        make them first: `ensure_results`), then any other the server has (left by an
+        earlier layout)."""
         now = time.monotonic()
         if self._listed is None or now - self._listed[0] > LISTED_FOR:
             try:
                 streams = await self._connection.streams.names("$KV.>")
-            except PermissionDenied:  # a role that may not list: its own layout only
-                streams = [f"KV_{bucket}" for bucket in self.configured]
+            except TaskqError:  # a role that may not list, a listing that failed: its own
+                streams = [f"KV_{bucket}" for bucket in self.configured]  # layout, this time
             found = {s[3:] for s in streams if s.startswith("KV_")}
             buckets = {b for b in found if self.names.is_results_bucket(b)}
-            ours = [b for b in self.configured if b in buckets]
+            ours = self.configured
             self._listed = (now, ours + sorted(buckets - set(ours)))
         return list(self._listed[1])
 
@@ -64,7 +65,3 @@ class ResultBuckets:
         another layout may be."""
         own = self.of(key)
         return [bucket for bucket in await self.existing() if bucket != own]
-
-    def forget(self) -> None:
-        """Drop the listing (after this client made a bucket)."""
-        self._listed = None

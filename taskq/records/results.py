@@ -158,7 +158,7 @@ async def _final(
     updates: asyncio.Queue[bytes],
     timeout: float | None,
 ) -> ResultRecord:
-    record = await _read(client, key)
+    record = await _read(client, key, anywhere=True)  # one an earlier layout holds, too
     deadline = None if timeout is None else time.monotonic() + timeout
     recheck = 0.05
     while record is None or record.state not in FINAL:
@@ -170,8 +170,9 @@ async def _final(
             record = _parse(await asyncio.wait_for(updates.get(), pause)) or record
         except TimeoutError:
             # A write that reached the server just before our subscription may not have
-            # been readable yet at the first read: read again, less often each time.
-            record = await _read(client, key, anywhere=True) or record
+            # been readable yet at the first read: read again, less often each time; the
+            # other results buckets (a worker of an earlier layout) at most every 2 s.
+            record = await _read(client, key, anywhere=recheck >= 2.0) or record
             recheck = min(recheck * 2, 2.0)
     return record
 
@@ -180,9 +181,10 @@ async def _read(client: Client, key: str, *, anywhere: bool = False) -> ResultRe
     """The key's record in its bucket; `anywhere`: else in any other results bucket (one
     a changed layout left)."""
     record = await _read_in(client, client.results.of(key), key)
-    if record is None and anywhere:
-        for bucket in await client.results.elsewhere(key):
-            record = record or await _read_in(client, bucket, key)
+    if record is None and anywhere:  # the other buckets at once: one round trip
+        others = await client.results.elsewhere(key)
+        found = await asyncio.gather(*(_read_in(client, bucket, key) for bucket in others))
+        record = next((r for r in found if r is not None), None)
     return record
 
 
