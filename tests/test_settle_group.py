@@ -126,3 +126,54 @@ async def test_a_group_s_records_go_as_one_batch_or_one_by_one_and_all_are_store
         for n, handle in enumerate(handles):
             record = await fetch(app, handle.id)
             assert record is not None and record.result == n * n
+
+
+async def test_a_group_s_dead_letters_go_as_one_batch_or_pipelined_and_each_is_stored_once(
+    app: App, nats_url: str
+) -> None:
+    """Given a DLQ stream that takes atomic batches, then one made without them, when many
+    tasks die in the same groups, then every dead letter is stored exactly once either way
+    (a batch the stream refused is sent again letter by letter)."""
+    import nats
+
+    @app.task(max_retries=0)
+    async def doomed(n: int) -> None:
+        raise ValueError(f"doomed {n}")
+
+    seen = 0
+    for refusing, batches in ((False, True), (True, True), (False, False)):
+        async with running_worker(app, concurrency=32) as worker:
+            if refusing:  # after the worker's start, which brings the stream up to its spec
+                nc = await nats.connect(nats_url)
+                js = nc.jetstream()
+                config = (await js.stream_info(app.names.dlq_stream)).config
+                assert config.allow_atomic  # made by this taskq: it takes them
+                config.allow_atomic = False
+                await js.update_stream(config)
+                await nc.close()
+            assert worker._parts is not None
+            settler = worker._parts.settler
+            settler.batches.cost = {True: 0.0, False: 1.0} if batches else {True: 1.0, False: 0.0}
+            handles = await doomed.enqueue_many(range(60))
+            await wait_until(lambda: worker.stats["dead"] == 60, timeout=30)
+            assert settler.grouped == 60 and settler.groups < 60  # some died together
+        seen += 60
+        dead = await list_dead(app)
+        assert len(dead) == seen  # none lost, none twice
+        assert {h.id for h in handles} <= {r.message.id for r in dead}
+        batched = await _stored_in_batches(nats_url, app.names.dlq_stream, seen - 59, seen)
+        assert (batched > 0) is (batches and not refusing), batched
+
+
+async def _stored_in_batches(url: str, stream: str, first: int, last: int) -> int:
+    """How many of the stream's messages `first`..`last` were stored by an atomic batch
+    (a stored message keeps its batch's `Nats-Batch-Id`)."""
+    import nats
+
+    nc = await nats.connect(url)
+    try:
+        js = nc.jetstream()
+        found = [await js.get_msg(stream, seq) for seq in range(first, last + 1)]
+        return sum(1 for msg in found if "Nats-Batch-Id" in (msg.headers or {}))
+    finally:
+        await nc.close()

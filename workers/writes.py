@@ -68,11 +68,11 @@ async def send(
 async def send_group(
     client: Client, verdicts: list[tuple[Job, Writes]], *, atomic: bool
 ) -> list[tuple[Awaitable[PubAck] | None, Awaitable[PubAck] | None]]:
-    """Publish a settle group's writes now: its result records, per results bucket, as
-    atomic batches when `atomic` and the bucket takes them (one write to disk for its share
-    of the group), else pipelined in one socket write; each dead letter pipelined. Per
-    verdict, the acks of its record and its letter (a refused batch fails each record,
-    which its verdict then writes again alone)."""
+    """Publish a settle group's writes now: its result records, per results bucket, and
+    its dead letters, as atomic batches when `atomic` and the stream takes them (one write
+    to disk for its share of the group), else pipelined in one socket write. Per verdict,
+    the acks of its record and its letter (a refused batch fails each of its writes, which
+    its verdict then writes again alone)."""
     by_bucket: dict[str, list[tuple[int, str, bytes]]] = {}
     for i, (job, writes) in enumerate(verdicts):
         if job.envelope is not None and writes.record is not None:
@@ -86,11 +86,24 @@ async def send_group(
         if left:
             acks = await client.connection.kv.put_many_nowait(bucket, [(k, r) for _, k, r in left])
             records.update(zip([i for i, _, _ in left], acks, strict=True))
-    sent = []
-    for i, (_, writes) in enumerate(verdicts):
-        letter = None if writes.letter is None else await send_letter(client, writes.letter)
-        sent.append((records.get(i), letter))
-    return sent
+    letters = await _letters(client, [w.letter for _, w in verdicts], atomic=atomic)
+    return [(records.get(i), letters.get(i)) for i in range(len(verdicts))]
+
+
+async def _letters(
+    client: Client, letters: list[Letter | None], *, atomic: bool
+) -> dict[int, Awaitable[PubAck]]:
+    """A settle group's dead letters, by verdict: one atomic batch (one write to disk)
+    when `atomic` and the DLQ stream takes it, else pipelined in one socket write."""
+    indexed = [(i, letter) for i, letter in enumerate(letters) if letter is not None]
+    messages = [(letter.subject, letter.body, letter.headers) for _, letter in indexed]
+    connection = client.connection
+    if atomic and 1 < len(indexed) <= BATCH:
+        ack = await connection.publish_atomic(client.names.dlq_stream, messages)
+        if ack is not None:
+            return {i: ack for i, _ in indexed}
+    acks = await connection.publish_many_nowait(list(messages)) if messages else []
+    return {i: ack for (i, _), ack in zip(indexed, acks, strict=True)}
 
 
 async def _batches(

@@ -193,6 +193,7 @@ def dlq_stream(names: Names, settings: Settings) -> StreamSpec:
         max_age=settings.dlq_max_age,
         duplicate_window=settings.duplicate_window,
         description="taskq dead letters",
+        atomic=True,  # a settle group's dead letters are one batch (workers/writes.py)
     )
 
 
