@@ -30,7 +30,17 @@ from tests.cluster import DEPLOY, Cluster
 from tests.conftest import ROOT, running_worker, wait_until
 from tests.roles import credentials, provisioned, role_env
 
-CHECKS = ["servers", "version", "sync", "replicas", "storage", "clock", "tls", "permissions"]
+CHECKS = [
+    "servers",
+    "version",
+    "sync",
+    "replicas",
+    "results",
+    "storage",
+    "clock",
+    "tls",
+    "permissions",
+]
 
 
 def doctor(url: str, *args: str, prefix: str = "taskq", env: dict[str, str] | None = None) -> Any:
@@ -112,7 +122,7 @@ async def test_a_server_that_does_not_fsync_fails_and_unchecked_is_a_warning(
     lines = text.stdout.splitlines()
     assert [line.split()[1] for line in lines[:-1]] == CHECKS
     assert lines[2].startswith("fail  sync") and "fix: set jetstream" in lines[2]
-    assert lines[-1] == "doctor: 7 ok, 0 warn, 1 fail"
+    assert lines[-1] == "doctor: 8 ok, 0 warn, 1 fail"
 
 
 def test_more_replicas_than_nodes_fails(nats_url: str, prefix: str) -> None:
@@ -253,7 +263,7 @@ async def test_the_shipped_secure_single_node_passes_as_the_operator(tmp_path: P
     assert text.returncode == 0, text.stderr
     lines = text.stdout.splitlines()
     assert [line.split()[:2] for line in lines[:-1]] == [["ok", c] for c in CHECKS]
-    assert lines[-1] == "doctor: 8 ok, 0 warn, 0 fail"
+    assert lines[-1] == "doctor: 9 ok, 0 warn, 0 fail"
 
 
 async def test_the_shipped_secured_cluster_passes_with_r3_streams(shipped_cluster: Cluster) -> None:

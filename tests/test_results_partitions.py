@@ -14,6 +14,7 @@ from taskq.errors import ConfigError
 from taskq.ids import safe_id
 from taskq.operate.story import story
 from taskq.records.places import Places
+from taskq.records.results import ensure_results
 from taskq.records.sealing import new_key
 from taskq.server import EmbeddedServer
 from taskq.settings import Settings
@@ -171,3 +172,25 @@ def test_provision_makes_every_partition_bucket(
     up = prefix.upper()
     assert {f"{up}_RESULTS_P{i}" for i in range(3)} <= set(buckets)
     assert f"{up}_RESULTS" not in buckets
+
+
+async def test_doctor_names_the_results_buckets_of_another_layout(
+    nats_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Records written under the default layout, then doctor run with three partitions:
+    the one-bucket layout's bucket is named, with what to do; run as the layout that
+    made it, all is well."""
+    app = App(url=nats_url, prefix=prefix)
+    try:
+        client = await app.client()
+        await ensure_results(client)
+    finally:
+        await app.aclose()
+    same = report(nats_url, prefix=prefix)["results"]
+    assert same["status"] == "ok", same
+    assert "results_partitions=1 (1 bucket): 1 made" in same["detail"]
+    monkeypatch.setenv("TASKQ_RESULTS_PARTITIONS", "3")
+    other = report(nats_url, prefix=prefix)["results"]
+    assert other["status"] == "warn", other
+    assert f"another layout on the server: {prefix.upper()}_RESULTS;" in other["detail"]
+    assert "TASKQ_RESULTS_PARTITIONS=3" in other["fix"]

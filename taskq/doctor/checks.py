@@ -13,6 +13,7 @@ from taskq.doctor.report import Check, fail, ok, warn
 from taskq.doctor.transport import judge_transport
 from taskq.doctor.versions import judge_versions
 from taskq.operate.queue_stats import size
+from taskq.topology.names import Names
 
 MONITOR_FIX = "pass --monitor http://HOST:8222 (the server's http port) or set TASKQ_MONITOR_URL"
 SYNC_FIX = (
@@ -33,6 +34,7 @@ def deployment(facts: Facts) -> list[Check]:
         judge_versions(reachable),
         sync(facts.monitors, nodes),
         replicas(facts, nodes),
+        results_layout(facts),
         storage(facts),
         clock(facts),
         judge_transport(facts.settings, facts.info),
@@ -101,6 +103,32 @@ def _syncs_always(monitored: Monitored) -> bool:
 def _sync_of(monitored: Monitored) -> str:
     js = monitored.varz.jetstream if monitored.varz else None
     return sync_text(js.config) if js and js.config else "(JetStream off)"
+
+
+def results_layout(facts: Facts) -> Check:
+    """The results buckets on the server against this identity's `results_partitions`:
+    buckets of another layout mean producers and workers that disagree, or a change of N
+    whose old buckets still hold records (readable until they expire)."""
+    if facts.streams is None:
+        return warn("results", f"not checked: {facts.streams_error}", "run it as the operator")
+    settings = facts.settings
+    names = Names(settings.prefix)
+    n = settings.results_partitions
+    ours = {names.results_bucket} if n == 1 else {names.results_partition(i) for i in range(n)}
+    found = {s.name[3:] for s in facts.streams if s.name.startswith("KV_")}
+    other = sorted(b for b in found if names.is_results_bucket(b) and b not in ours)
+    layout = f"results_partitions={n} ({len(ours)} bucket{'s' if n > 1 else ''})"
+    if other:
+        shown = ", ".join(other[:5]) + (f" (+{len(other) - 5} more)" if len(other) > 5 else "")
+        return warn(
+            "results",
+            f"{layout} here, and buckets of another layout on the server: {shown}; their "
+            "records stay readable until results_ttl ends them",
+            f"give every producer and worker TASKQ_RESULTS_PARTITIONS={n}; once the old "
+            "buckets' records have expired, remove them (`nats kv rm BUCKET`)",
+        )
+    made = len(ours & found)
+    return ok("results", f"{layout}: {made} made, no other layout's buckets")
 
 
 def replicas(facts: Facts, nodes: int | None) -> Check:
