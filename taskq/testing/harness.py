@@ -19,6 +19,8 @@ from taskq.dlq.browse import list_dead
 from taskq.dlq.record import DeadLetter
 from taskq.errors import NotFound
 from taskq.ids import safe_id
+from taskq.nats.kv import KeyValue
+from taskq.operate.sequence_pages import MAX_WINDOW
 from taskq.records.results import ResultRecord
 from taskq.testing.drain import drain
 from taskq.testing.environment import active
@@ -77,20 +79,35 @@ class TestWorker:
 
 
 async def _records(app: App) -> dict[str, ResultRecord]:
+    """Each key's latest record in every results bucket, read by sequence with batched
+    direct gets (what the server has stored, oldest first: a later revision replaces an
+    earlier one), not through a watcher whose end-of-values marker depends on timing."""
     client = await app.client()
-    entries = []
+    records: dict[str, ResultRecord] = {}
     for bucket in await client.results.existing():
         try:
-            entries += await client.connection.kv.entries(bucket)
+            await _read_bucket(client.connection.kv, bucket, records)
         except NotFound:
             continue
-    records = {}
-    for entry in entries:
-        try:
-            records[entry.key] = ResultRecord.model_validate_json(entry.value)
-        except ValidationError:
-            continue  # not a record (another writer's value)
     return records
+
+
+async def _read_bucket(kv: KeyValue, bucket: str, records: dict[str, ResultRecord]) -> None:
+    await kv.allow_direct_reads(bucket)
+    seq, last = await kv.span(bucket)
+    while seq and seq <= last:
+        got = await kv.window(bucket, seq, min(MAX_WINDOW, last - seq + 1))
+        if not got:
+            return
+        for entry in got:
+            if entry.deleted:
+                records.pop(entry.key, None)
+                continue
+            try:
+                records[entry.key] = ResultRecord.model_validate_json(entry.value)
+            except ValidationError:
+                continue  # not a record (another writer's value)
+        seq = got[-1].revision + 1
 
 
 @asynccontextmanager
