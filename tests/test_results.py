@@ -134,3 +134,45 @@ async def test_result_wait_latency(app: App) -> None:
     p50 = statistics.median(samples[10:]) * 1000
     print(f"result-wait round trip p50 {p50:.2f} ms")
     assert p50 < 100
+
+
+async def test_a_result_seen_on_its_subject_is_returned_once_it_is_stored(
+    app: App, nats_url: str
+) -> None:
+    """The waiter hears a record as the server routes it, which can be before its stream
+    has stored it; a caller told the task ended must then find that end stored. Here a
+    final record reaches the key's subject without being stored (its publish names a
+    stream that is not the bucket's: the stream refuses it, the subscription still gets
+    it), and the real one is stored a moment later: `result()` returns the stored one,
+    and `status()` agrees with it."""
+    import nats
+
+    from taskq.ids import safe_id
+    from taskq.records.results import ResultRecord, encoded, store
+
+    @app.task
+    async def later() -> int:
+        return 0
+
+    client = await app.client()
+    handle = await later.enqueue()  # no worker: the test writes its records
+    subject = f"$KV.{client.results.of(safe_id(handle.id))}.{safe_id(handle.id)}"
+    heard = encoded({"state": "succeeded", "task": "later", "result": 1})
+    stored = ResultRecord(state="succeeded", task="later", result=2)
+
+    async def write() -> None:
+        nc = await nats.connect(nats_url)
+        try:  # heard, never stored: again and again, so the waiter's subscription hears it
+            for _ in range(20):
+                refused = {"Nats-Expected-Stream": "NOT_THIS_ONE"}
+                await nc.publish(subject, heard, headers=refused)
+                await nc.flush()
+                await asyncio.sleep(0.01)
+        finally:
+            await nc.close()
+        await store(client, handle.id, stored)
+
+    writer = asyncio.create_task(write())
+    assert await handle.result(timeout=10) == 2
+    assert await handle.status() == "succeeded"
+    await writer

@@ -167,7 +167,10 @@ async def _final(
             raise ResultTimeout(task_id, timeout or 0.0, record.state if record else "queued")
         pause = recheck if remaining is None else min(recheck, remaining)
         try:
-            record = _parse(await asyncio.wait_for(updates.get(), pause)) or record
+            update = _parse(await asyncio.wait_for(updates.get(), pause))
+            if update is not None and update.state in FINAL:
+                return await _stored_final(client, key, update)
+            record = update or record
         except TimeoutError:
             # A write that reached the server just before our subscription may not have
             # been readable yet at the first read: read again, less often each time; the
@@ -175,6 +178,23 @@ async def _final(
             record = await _read(client, key, anywhere=recheck >= 2.0) or record
             recheck = min(recheck * 2, 2.0)
     return record
+
+
+async def _stored_final(client: Client, key: str, seen: ResultRecord) -> ResultRecord:
+    """The final record `seen` on the key's subject, once the bucket has stored it. The
+    subscription gets a write as the server routes it, before its stream has stored it,
+    so a read right after (`status()`, a listing) could still miss it: a caller told that
+    its task ended must find that end stored. Read until it is (STORED_WITHIN at most)."""
+    loop = asyncio.get_running_loop()
+    until = loop.time() + STORED_WITHIN
+    while True:
+        stored = await _read_in(client, client.results.of(key), key)
+        if (stored is not None and stored.state in FINAL) or loop.time() >= until:
+            return stored if stored is not None and stored.state in FINAL else seen
+        await asyncio.sleep(0.005)
+
+
+STORED_WITHIN = 2.0  # seconds a final record seen on its subject may take to be readable
 
 
 async def _read(client: Client, key: str, *, anywhere: bool = False) -> ResultRecord | None:
