@@ -3,7 +3,9 @@
 `report` may be called from any thread (a `def` task's) as often as the task likes: it only
 keeps the latest value. A ticker on the worker's loop writes what changed every `interval`,
 and `flush` writes a task's last report before the task settles, so the final value is
-never lost to the rate limit.
+never lost to the rate limit. A task's writes are stored in the order their reports were
+taken: the ticker may still be writing an older report (its first write waits for the
+bucket) when `flush` takes the last one, which must not be overwritten by it.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ class ProgressWriter:
         self._ticker = Ticker("progress writing", self._tick, lambda: self._interval)
         self._started = False
         self._ready = False
+        # per task, the write of the report taken last: the next one waits for it
+        self._last: dict[str, asyncio.Future[None]] = {}
 
     def report(self, ctx: TaskContext, value: float | dict[str, Any], message: str | None) -> None:
         """Keep `value` as the task's latest report (thread-safe, no I/O)."""
@@ -46,17 +50,50 @@ class ProgressWriter:
             self._loop.call_soon_threadsafe(self._ticker.start)
 
     async def _tick(self) -> None:
+        await self._write_pending()
+
+    async def _write_pending(self) -> None:
+        """Write every pending report, each in its task's turn."""
         with self._lock:
             due, self._pending = self._pending, {}
+        places = {task_id: self._place(task_id) for task_id in due}  # taken in this order
         for task_id, report in due.items():
-            await self._write(task_id, report)
+            await self._write_in_turn(task_id, report, *places[task_id])
 
     async def flush(self, task_id: str) -> None:
-        """Write the task's last unwritten report now (before it settles)."""
+        """Write the task's last unwritten report now (before it settles), after any
+        earlier report of it still being written."""
         with self._lock:
             report = self._pending.pop(task_id, None)
-        if report is not None:
+        if report is None:
+            earlier = self._last.get(task_id)
+            if earlier is not None:  # its last report is being written: stored first
+                await earlier
+            return
+        await self._write_in_turn(task_id, report, *self._place(task_id))
+
+    def _place(self, task_id: str) -> tuple[asyncio.Future[None] | None, asyncio.Future[None]]:
+        """This report's turn among the task's writes: (the write before it, its own)."""
+        mine: asyncio.Future[None] = self._loop.create_future()
+        earlier = self._last.get(task_id)
+        self._last[task_id] = mine
+        return earlier, mine
+
+    async def _write_in_turn(
+        self,
+        task_id: str,
+        report: Progress,
+        earlier: asyncio.Future[None] | None,
+        mine: asyncio.Future[None],
+    ) -> None:
+        try:
+            if earlier is not None:
+                await earlier
             await self._write(task_id, report)
+        finally:
+            mine.set_result(None)
+            if self._last.get(task_id) is mine:
+                del self._last[task_id]
 
     async def _write(self, task_id: str, report: Progress) -> None:
         try:
@@ -69,7 +106,4 @@ class ProgressWriter:
 
     async def close(self) -> None:
         await self._ticker.close()
-        with self._lock:
-            left, self._pending = self._pending, {}
-        for task_id, report in left.items():
-            await self._write(task_id, report)
+        await self._write_pending()
