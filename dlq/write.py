@@ -1,11 +1,12 @@
 """Writing a dead-letter record into the DLQ stream (the worker and the sweeper do), through
-one publish (`send`)."""
+one publish (`send`), or many at once (`send_many`, a settle group's)."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable
 from dataclasses import dataclass
 
+from taskq.bulk import BATCH
 from taskq.client import Client
 from taskq.dlq.oversize import fit
 from taskq.dlq.record import ID_HEADER, QUEUE_HEADER, REASON_HEADER, DeadLetter
@@ -50,6 +51,21 @@ async def send(client: Client, letter: Letter) -> Awaitable[PubAck]:
     """The one publish of a dead letter: sent now, its storage ack to await (many letters
     and records of one settle group are pipelined, their acks awaited together)."""
     return await client.connection.publish_nowait(letter.subject, letter.body, letter.headers)
+
+
+async def send_many(
+    client: Client, letters: list[Letter], *, atomic: bool
+) -> list[Awaitable[PubAck]]:
+    """Publish `letters` now, per letter its storage ack to await: one atomic batch (one
+    write to disk) when `atomic` and the DLQ stream takes it, else pipelined in one socket
+    write."""
+    messages = [(letter.subject, letter.body, letter.headers) for letter in letters]
+    connection = client.connection
+    if atomic and 1 < len(messages) <= BATCH:
+        ack = await connection.publish_atomic(client.names.dlq_stream, messages)
+        if ack is not None:
+            return [ack] * len(messages)
+    return list(await connection.publish_many_nowait(list(messages)))
 
 
 async def store(client: Client, letter: Letter) -> PubAck:

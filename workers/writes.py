@@ -17,6 +17,7 @@ from taskq.client import Client
 from taskq.dlq.record import ErrorInfo, make_record
 from taskq.dlq.write import Letter, prepare
 from taskq.dlq.write import send as send_letter
+from taskq.dlq.write import send_many as send_letters
 from taskq.dlq.write import store as store_letter
 from taskq.ids import safe_id
 from taskq.nats import PubAck
@@ -86,24 +87,10 @@ async def send_group(
         if left:
             acks = await client.connection.kv.put_many_nowait(bucket, [(k, r) for _, k, r in left])
             records.update(zip([i for i, _, _ in left], acks, strict=True))
-    letters = await _letters(client, [w.letter for _, w in verdicts], atomic=atomic)
+    dead = [(i, w.letter) for i, (_, w) in enumerate(verdicts) if w.letter is not None]
+    sent = await send_letters(client, [letter for _, letter in dead], atomic=atomic)
+    letters = {i: ack for (i, _), ack in zip(dead, sent, strict=True)}
     return [(records.get(i), letters.get(i)) for i in range(len(verdicts))]
-
-
-async def _letters(
-    client: Client, letters: list[Letter | None], *, atomic: bool
-) -> dict[int, Awaitable[PubAck]]:
-    """A settle group's dead letters, by verdict: one atomic batch (one write to disk)
-    when `atomic` and the DLQ stream takes it, else pipelined in one socket write."""
-    indexed = [(i, letter) for i, letter in enumerate(letters) if letter is not None]
-    messages = [(letter.subject, letter.body, letter.headers) for _, letter in indexed]
-    connection = client.connection
-    if atomic and 1 < len(indexed) <= BATCH:
-        ack = await connection.publish_atomic(client.names.dlq_stream, messages)
-        if ack is not None:
-            return {i: ack for i, _ in indexed}
-    acks = await connection.publish_many_nowait(list(messages)) if messages else []
-    return {i: ack for (i, _), ack in zip(indexed, acks, strict=True)}
 
 
 async def _batches(

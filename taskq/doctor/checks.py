@@ -114,7 +114,7 @@ def results_layout(facts: Facts) -> Check:
     settings = facts.settings
     names = Names(settings.prefix)
     n = settings.results_partitions
-    ours = {names.results_bucket} if n == 1 else {names.results_partition(i) for i in range(n)}
+    ours = set(names.results_buckets(n))
     found = {s.name[3:] for s in facts.streams if s.name.startswith("KV_")}
     other = sorted(b for b in found if names.is_results_bucket(b) and b not in ours)
     layout = f"results_partitions={n} ({len(ours)} bucket{'s' if n > 1 else ''})"

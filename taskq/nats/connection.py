@@ -153,6 +153,8 @@ class Connection:
     ) -> list[asyncio.Future[PubAck]]:
         """`publish_nowait` for many messages, written as one buffer: per message its ack's
         future. Bodies too large for one message go one by one (claim-checked)."""
+        if not messages:
+            return []  # nothing to write: no empty write to the socket
         sealed = [(s, self.seal(s, body, headers), headers) for s, body, headers in messages]
         if all(len(body) + HEADROOM <= self.max_payload for _, body, _ in sealed):
             return await self._pipeline.send_many(sealed, ack_timeout)

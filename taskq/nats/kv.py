@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any, Protocol
@@ -23,11 +22,10 @@ from nats.js.errors import (
     NoKeysError,
 )
 
-from taskq.errors import BrokerError, NotFound, NotProvisioned, PermissionDenied, TaskqError
+from taskq.errors import NotFound, NotProvisioned, PermissionDenied, TaskqError
 from taskq.nats import raw
 from taskq.nats.errors import STREAM_NAME_IN_USE, Guard, reply_error
 from taskq.nats.messages import Messages
-from taskq.nats.streams import rfc3339
 from taskq.nats.types import KVEntry, PubAck, StoredMessage
 from taskq.retrying import patiently
 from taskq.topology.specs import BucketSpec
@@ -307,16 +305,7 @@ class KeyValue:
         stored since): where a read by time starts, in sequences for `window`. One direct
         get by `start_time` (the server finds it by its per-block times). Needs
         `allow_direct_reads`."""
-        body = json.dumps({"start_time": rfc3339(when)}).encode()
-        with self._guard:
-            msg = await self._nc.request(f"$JS.API.DIRECT.GET.{stream(bucket)}", body, timeout=5.0)
-        headers = msg.headers or {}
-        status = headers.get("Status")
-        if status == "404":  # nothing stored at or after it
-            return None
-        if status:
-            raise BrokerError(f"direct get by time: {status} {headers.get('Description', '')}")
-        return int(headers.get("Nats-Sequence", "0")) or None
+        return await self._messages.first_seq_at(stream(bucket), when)
 
     async def allow_direct_reads(self, bucket: str) -> None:
         """Let the bucket's stream answer batched direct gets (`window`, `latest`): buckets

@@ -23,6 +23,7 @@ from taskq.nats.errors import (
 )
 from taskq.nats.pull import Puller
 from taskq.nats.raw import request as api_request
+from taskq.nats.streams import rfc3339
 from taskq.nats.types import StoredMessage
 from taskq.records.places import Seals
 from taskq.retrying import patiently
@@ -167,13 +168,29 @@ class Messages:
     async def newest(self, stream: str, subjects: str) -> StoredMessage | None:
         """The last message stored on any subject matching `subjects` (None: none), in one
         direct get (a single one: its answer is the message, or a status)."""
-        body = json.dumps({"last_by_subj": subjects}).encode()
-        with self._guard:
-            msg = await self._nc.request(f"$JS.API.DIRECT.GET.{stream}", body, timeout=5.0)
-        headers = dict(msg.headers or {})
+        msg, headers = await self._single(stream, {"last_by_subj": subjects})
         if "Status" in headers:  # 404: nothing stored there
             return None
         return _from_batch(msg, headers, self._seals)
+
+    async def first_seq_at(self, stream: str, when: datetime) -> int | None:
+        """The first sequence of `stream` stored at or after `when` (None: nothing stored
+        since), in one direct get by `start_time` (the server finds it by its per-block
+        times)."""
+        _, headers = await self._single(stream, {"start_time": rfc3339(when)})
+        status = headers.get("Status")
+        if status == "404":  # nothing stored at or after it
+            return None
+        if status:
+            raise BrokerError(f"direct get by time: {status} {headers.get('Description', '')}")
+        return int(headers.get("Nats-Sequence", "0")) or None
+
+    async def _single(self, stream: str, request: dict[str, Any]) -> tuple[Msg, dict[str, str]]:
+        """The answer to a single direct get (the message, or a status) and its headers."""
+        body = json.dumps(request).encode()
+        with self._guard:
+            msg = await self._nc.request(f"$JS.API.DIRECT.GET.{stream}", body, timeout=5.0)
+        return msg, dict(msg.headers or {})
 
     async def lasts(self, stream: str, subjects: str, after: int = 0) -> list[StoredMessage] | None:
         """The last message of each subject matching `subjects` (a wildcard), stored after

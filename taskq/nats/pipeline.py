@@ -44,21 +44,13 @@ def unbatched(headers: dict[str, str]) -> dict[str, str]:
 
 
 def _frame(subject: str, reply: str, body: bytes, headers: dict[str, str] | None) -> bytes:
-    """One publish with a reply subject, as the protocol has it (PUB, or HPUB with headers;
-    an atomic batch's headers dropped, as `send` drops them)."""
-    headers = unbatched(headers) if headers else None
+    """One publish as the protocol has it: PUB, or HPUB with headers; `reply` "" for none
+    (`check` has vetted the subject and every header)."""
+    head = subject.encode() + (b" " + reply.encode() if reply else b"")
     if not headers:
-        return b"PUB %b %b %d\r\n%b\r\n" % (subject.encode(), reply.encode(), len(body), body)
+        return b"PUB %b %d\r\n%b\r\n" % (head, len(body), body)
     block = header_block(headers)
-    size = len(block) + len(body)
-    return b"HPUB %b %b %d %d\r\n%b%b\r\n" % (
-        subject.encode(),
-        reply.encode(),
-        len(block),
-        size,
-        block,
-        body,
-    )
+    return b"HPUB %b %d %d\r\n%b%b\r\n" % (head, len(block), len(block) + len(body), block, body)
 
 
 class Pipeline:
@@ -94,16 +86,7 @@ class Pipeline:
         check(subject, headers)
         if not self._prefix:
             await self._open()
-        self._sent += 1
-        token = str(self._sent)
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[PubAck] = loop.create_future()
-        # An ack can be lost for good (a stream leader killed between storing and answering):
-        # without a deadline the waiter would hang forever. One sweep timer for all of them,
-        # not a timer per publish (a heap insert and a cancel per message).
-        self._waiting[token] = (future, loop.time() + ack_timeout, ack_timeout)
-        if self._sweep is None:
-            self._sweep = loop.call_later(SWEEP, self._overdue)
+        token, future = self._expect(ack_timeout)
         try:
             with self._guard:
                 await self._nc.publish(subject, body, reply=self._prefix + token, headers=headers)
@@ -118,23 +101,17 @@ class Pipeline:
         """`send` for many messages at once, written as one protocol buffer encoded here
         (nats-py builds and queues a publish per message): per message its future, as
         `send` returns it. Everything is checked before anything is sent."""
-        for subject, _, headers in messages:
-            check(subject, unbatched(headers) if headers else None)
+        plain = [(s, b, unbatched(h) if h else None) for s, b, h in messages]
+        for subject, _, headers in plain:
+            check(subject, headers)
         if not self._prefix:
             await self._open()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + ack_timeout
         frames, futures, tokens = bytearray(), [], []
-        for subject, body, headers in messages:
-            self._sent += 1
-            token = str(self._sent)
-            future: asyncio.Future[PubAck] = loop.create_future()
-            self._waiting[token] = (future, deadline, ack_timeout)
+        for subject, body, headers in plain:
+            token, future = self._expect(ack_timeout)
             futures.append(future)
             tokens.append(token)
             frames += _frame(subject, self._prefix + token, body, headers)
-        if self._sweep is None:
-            self._sweep = loop.call_later(SWEEP, self._overdue)
         try:
             with self._guard:
                 await internals.write_many(self._nc, bytes(frames), len(messages))
@@ -151,13 +128,23 @@ class Pipeline:
         frames = bytearray()
         for subject, body, headers in messages:
             check(subject, headers)
-            block = header_block(headers)
-            frames += b"HPUB %b %d %d\r\n" % (subject.encode(), len(block), len(block) + len(body))
-            frames += block
-            frames += body
-            frames += b"\r\n"
+            frames += _frame(subject, "", body, headers)
         with self._guard:
             await internals.write_many(self._nc, bytes(frames), len(messages))
+
+    def _expect(self, ack_timeout: float) -> tuple[str, asyncio.Future[PubAck]]:
+        """A new reply token and the future its ack will fill, waiting from now on."""
+        self._sent += 1
+        token = str(self._sent)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[PubAck] = loop.create_future()
+        # An ack can be lost for good (a stream leader killed between storing and answering):
+        # without a deadline the waiter would hang forever. One sweep timer for all of them,
+        # not a timer per publish (a heap insert and a cancel per message).
+        self._waiting[token] = (future, loop.time() + ack_timeout, ack_timeout)
+        if self._sweep is None:
+            self._sweep = loop.call_later(SWEEP, self._overdue)
+        return token, future
 
     async def _open(self) -> None:
         """Subscribe to the replies once (concurrent first users wait for the one doing it)."""

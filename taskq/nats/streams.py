@@ -249,25 +249,20 @@ class Streams:
         names-only listing, which roles that may not read stream configs may ask for."""
         found: list[str] = []
         while True:
-            body: dict[str, Any] = {"offset": len(found)}
-            if subject:
-                body["subject"] = subject
-            reply = await patiently(
-                lambda b=body: raw.request(self._nc, self._guard, "STREAM.NAMES", b)  # type: ignore[misc]
-            )
-            error = reply_error(reply, "list stream names")
-            if error is not None:
-                raise error
+            reply = await self._list_page(len(found), subject, "STREAM.NAMES")
             page = [name for name in reply.get("streams") or [] if isinstance(name, str)]
             found += page
             if not page or len(found) >= int(reply.get("total", 0)):
                 return found
 
-    async def _list_page(self, offset: int, subject: str | None) -> dict[str, Any]:
+    async def _list_page(
+        self, offset: int, subject: str | None, what: str = "STREAM.LIST"
+    ) -> dict[str, Any]:
+        """One page of a stream listing (`STREAM.LIST`, or `STREAM.NAMES`: names only)."""
         body: dict[str, Any] = {"offset": offset}
         if subject:
             body["subject"] = subject
-        reply = await patiently(lambda: raw.request(self._nc, self._guard, "STREAM.LIST", body))
+        reply = await patiently(lambda: raw.request(self._nc, self._guard, what, body))
         error = reply_error(reply, "list streams")
         if error is not None:
             raise error

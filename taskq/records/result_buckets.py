@@ -40,9 +40,7 @@ class ResultBuckets:
     @property
     def configured(self) -> list[str]:
         """The buckets of this client's layout."""
-        if self.partitions == 1:
-            return [self.names.results_bucket]
-        return [self.names.results_partition(i) for i in range(self.partitions)]
+        return self.names.results_buckets(self.partitions)
 
     async def existing(self) -> list[str]:
         """Every results bucket of the prefix, in any layout: this layout's first (readers

@@ -248,6 +248,12 @@ class Names:
         """One bucket of a partitioned results layout (taskq.records.result_buckets)."""
         return f"{self._up}_RESULTS_P{partition}"
 
+    def results_buckets(self, partitions: int) -> list[str]:
+        """The buckets of a results layout of `partitions` (1: the one default bucket)."""
+        if partitions == 1:
+            return [self.results_bucket]
+        return [self.results_partition(i) for i in range(partitions)]
+
     def is_results_bucket(self, bucket: str) -> bool:
         """True for a results bucket of this prefix, in any layout."""
         base = self.results_bucket

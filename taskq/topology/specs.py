@@ -237,12 +237,8 @@ def results_bucket(names: Names, settings: Settings, bucket: str | None = None) 
 
 def results_buckets(names: Names, settings: Settings) -> list[BucketSpec]:
     """Every bucket of the configured results layout (taskq.records.result_buckets)."""
-    if settings.results_partitions == 1:
-        return [results_bucket(names, settings)]
-    return [
-        results_bucket(names, settings, names.results_partition(i))
-        for i in range(settings.results_partitions)
-    ]
+    buckets = names.results_buckets(settings.results_partitions)
+    return [results_bucket(names, settings, bucket) for bucket in buckets]
 
 
 def workers_bucket(names: Names, settings: Settings) -> BucketSpec:
