@@ -39,6 +39,7 @@ CHECKS = [
     "storage",
     "clock",
     "tls",
+    "credentials",
     "permissions",
 ]
 
@@ -122,7 +123,7 @@ async def test_a_server_that_does_not_fsync_fails_and_unchecked_is_a_warning(
     lines = text.stdout.splitlines()
     assert [line.split()[1] for line in lines[:-1]] == CHECKS
     assert lines[2].startswith("fail  sync") and "fix: set jetstream" in lines[2]
-    assert lines[-1] == "doctor: 8 ok, 0 warn, 1 fail"
+    assert lines[-1] == "doctor: 9 ok, 0 warn, 1 fail"
 
 
 def test_more_replicas_than_nodes_fails(nats_url: str, prefix: str) -> None:
@@ -241,7 +242,8 @@ def shipped_secure_single(root: Path) -> EmbeddedServer:
 
 async def test_the_shipped_secure_single_node_passes_as_the_operator(tmp_path: Path) -> None:
     """deploy/nats/single-secure.conf, checked as its operator with the monitoring URL:
-    every check ok, exit 0, in the JSON report and in the text one."""
+    every check ok but credentials, which warns that the shipped passwords work (exit 0),
+    in the JSON report and in the text one."""
     server = shipped_secure_single(tmp_path)
     try:
         await make_a_stream(server.url, "taskq", **credentials("operator"))  # provisioned
@@ -250,7 +252,8 @@ async def test_the_shipped_secure_single_node_passes_as_the_operator(tmp_path: P
         text = doctor(server.url, "--monitor", monitor, env=role_env("operator"))
     finally:
         server.stop()
-    assert {c: found[c]["status"] for c in CHECKS} == dict.fromkeys(CHECKS, "ok"), found
+    statuses = {**dict.fromkeys(CHECKS, "ok"), "credentials": "warn"}
+    assert {c: found[c]["status"] for c in CHECKS} == statuses, found
     assert found["servers"]["detail"] == f"{server.url} (taskq-secure); 1 node"
     assert found["version"]["detail"].endswith("no known data-loss bug")
     assert found["sync"]["detail"] == (
@@ -260,16 +263,20 @@ async def test_the_shipped_secure_single_node_passes_as_the_operator(tmp_path: P
     assert "max_file_store" in found["storage"]["detail"]  # read from /varz
     assert found["tls"]["detail"] == "plain text, authenticated, loopback only"
     assert found["permissions"]["detail"] == "operator: may do everything probed"
+    shipped = found["credentials"]["detail"]
+    assert all(f"{role} ({role}-secret)" in shipped for role in ("producer", "worker", "operator"))
+    assert "route" not in shipped  # a single node: no route port
     assert text.returncode == 0, text.stderr
     lines = text.stdout.splitlines()
-    assert [line.split()[:2] for line in lines[:-1]] == [["ok", c] for c in CHECKS]
-    assert lines[-1] == "doctor: 9 ok, 0 warn, 0 fail"
+    assert [line.split()[:2] for line in lines[:-1]] == [[statuses[c], c] for c in CHECKS]
+    assert lines[-1] == "doctor: 9 ok, 1 warn, 0 fail"
 
 
 async def test_the_shipped_secured_cluster_passes_with_r3_streams(shipped_cluster: Cluster) -> None:
     """deploy/nats/cluster/*.conf as shipped (on loopback, as tests/test_deploy.py uses
     them), once R3 streams exist: servers, sync and replicas ok with every node's monitoring
-    URL; with one node's only, the sync of the other two is unknown (a warning)."""
+    URL; with one node's only, the sync of the other two is unknown (a warning). The shipped
+    passwords, the roles' and the routes', are a warning naming each."""
     from tests.cluster import ready
 
     nodes = shipped_cluster
@@ -292,7 +299,13 @@ async def test_the_shipped_secured_cluster_passes_with_r3_streams(shipped_cluste
     every = [arg for m in monitors for arg in ("--monitor", m)]
     found = report(url, *every, env=env)
     one = report(url, "--monitor", monitors[0], env=env)
-    assert {c: found[c]["status"] for c in CHECKS} == dict.fromkeys(CHECKS, "ok"), found
+    statuses = {**dict.fromkeys(CHECKS, "ok"), "credentials": "warn"}
+    assert {c: found[c]["status"] for c in CHECKS} == statuses, found
+    shipped = found["credentials"]["detail"]
+    assert all(f"{role} ({role}-secret)" in shipped for role in ("producer", "worker", "operator"))
+    assert "(taskq-route/route-secret) opens the route port of nats-1, nats-2, nats-3" in shipped
+    assert "route-secret" in found["credentials"]["fix"]
+    assert "opens the route port of nats-1:" in one["credentials"]["detail"]  # the one read
     servers = found["servers"]["detail"]
     assert servers.endswith("; cluster taskq of 3 nodes"), servers
     assert all(f"({name})" in servers for name in nodes.names)

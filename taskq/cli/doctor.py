@@ -23,7 +23,8 @@ from taskq.doctor.monitor import split_urls
 @click.option("--json", "as_json", is_flag=True, help="a JSON list of {check, status, detail, fix}")
 @pass_ctx
 def doctor(ctx: Context, monitors: tuple[str, ...], as_json: bool) -> None:
-    """Check servers, versions, durability, replicas, storage, clocks, TLS and permissions.
+    """Check servers, versions, durability, replicas, storage, clocks, TLS, shipped
+    passwords and permissions.
 
     Exit 1 when any check fails (warnings alone exit 0)."""
     settings = ctx.settings()

@@ -1,12 +1,13 @@
 """`taskq doctor`: a deployment checked as an operator would before going live — servers
-and their versions, the sync setting, replicas, storage, clocks, transport security, and
-what the identity in use may do. Nothing is changed on the server (docs/operations.md,
-"Before going live: taskq doctor")."""
+and their versions, the sync setting, replicas, storage, clocks, transport security, the
+shipped passwords, and what the identity in use may do. Nothing is changed on the server
+(docs/operations.md, "Before going live: taskq doctor")."""
 
 from __future__ import annotations
 
 from taskq.client import Client
 from taskq.doctor.checks import deployment
+from taskq.doctor.credentials import judge_shipped, try_shipped
 from taskq.doctor.facts import gather
 from taskq.doctor.report import Check, worst
 from taskq.doctor.rights import judge_rights, probe_rights
@@ -23,6 +24,8 @@ async def diagnose(settings: Settings, monitors: list[str]) -> list[Check]:
         found = await probe_rights(
             client.connection.probes, client.names, client.results.configured
         )
+        url = client.connection.probes.connected_url()
     finally:
         await client.close()
-    return [*deployment(facts), judge_rights(found)]
+    shipped = await try_shipped(settings, facts.info, url, facts.monitors)
+    return [*deployment(facts), judge_shipped(shipped), judge_rights(found)]

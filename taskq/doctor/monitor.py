@@ -1,6 +1,7 @@
 """nats-server's monitoring endpoint (`http: 8222`): `/varz` and `/jsz`, read for what no
 client connection shows — the sync setting, the server's JetStream storage limit, its clock,
-the JetStream cluster's size. The JSON is a trust boundary: pydantic reads what we use.
+the JetStream cluster's size, its route port. The JSON is a trust boundary: pydantic reads
+what we use.
 
 Also the worker's start-up notice: a warning when the server it uses is known not to fsync
 before acknowledging (docs/operations.md#durability).
@@ -39,6 +40,15 @@ class _JetStream(BaseModel):
     stats: _JetStreamStats | None = None
 
 
+class _Cluster(BaseModel):
+    """Where the server listens for routes from its cluster's other servers."""
+
+    name: str = ""
+    addr: str = ""
+    cluster_port: int = 0
+    tls_required: bool = False
+
+
 class Varz(BaseModel):
     """The part of `/varz` taskq reads."""
 
@@ -47,6 +57,7 @@ class Varz(BaseModel):
     version: str = ""
     now: datetime | None = None
     jetstream: _JetStream | None = None
+    cluster: _Cluster | None = None
 
 
 class _MetaCluster(BaseModel):
