@@ -10,10 +10,20 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from taskq.client import ClientSource
-from taskq.dlq.record import DeadLetter
-from taskq.errors import NotFound
+from taskq.dlq.record import (
+    ID_HEADER,
+    QUEUE_HEADER,
+    REASON_HEADER,
+    DeadLetter,
+    ErrorInfo,
+    SealedOriginal,
+)
+from taskq.errors import DecodeError, NotFound
 from taskq.nats import StoredMessage
-from taskq.records.clock import parse_time
+from taskq.records.clock import format_epoch, format_time, parse_time
+from taskq.records.envelope import TASK_HEADER
+from taskq.records.places import Seals
+from taskq.records.sealing import is_sealed, sealed_with
 from taskq.topology.names import Names
 
 log = logging.getLogger("taskq.dlq")
@@ -65,10 +75,47 @@ def _mentions(record: DeadLetter, text: str) -> bool:
     return text.casefold() in f"{error.type}: {error.message}\n{error.traceback}".casefold()
 
 
-def parse(stored: StoredMessage) -> DeadLetter:
-    """The record in a stored DLQ message (its `seq` filled in)."""
+def parse(stored: StoredMessage, seals: Seals | None = None) -> DeadLetter:
+    """The record in a stored DLQ message (its `seq` filled in). A body still sealed (this
+    process lacks its key) is no JSON to validate: it is a sealed letter, what its headers
+    say (`seals`, the reading connection's, tell why it does not open)."""
+    if is_sealed(stored.data):
+        return sealed_letter(stored, _why_sealed(stored, seals))
     record = DeadLetter.model_validate_json(stored.data)
     return record.model_copy(update={"seq": stored.seq})
+
+
+def sealed_letter(stored: StoredMessage, why: str) -> DeadLetter:
+    """A dead letter this process cannot open, from its headers (written beside the sealed
+    body for routing and filters): its id, task, queue and reason, when it was stored, and
+    `why` as its error, so a listing says it is sealed. Its message is a SealedOriginal,
+    which nothing requeues or exports."""
+    headers = stored.headers
+    original = SealedOriginal(
+        sealed=why, id=headers.get(ID_HEADER) or None, task=headers.get(TASK_HEADER) or None
+    )
+    return DeadLetter(
+        message=original,
+        reason=headers.get(REASON_HEADER) or "?",
+        error=ErrorInfo(type="", message=why),
+        attempts=0,  # unknown: it is inside the sealed body
+        queue=headers.get(QUEUE_HEADER) or "?",
+        original_seq=0,
+        failed_at=format_time(stored.time) if stored.time else format_epoch(0),
+        worker="",
+        seq=stored.seq,
+    )
+
+
+def _why_sealed(stored: StoredMessage, seals: Seals | None) -> str:
+    """Why a sealed body does not open here, as the sealer says it (the key it names, and
+    whether this process has none, or another)."""
+    if seals is not None:
+        try:
+            seals.open(stored.subject, stored.headers, stored.data)
+        except DecodeError as exc:
+            return exc.reason
+    return f"sealed with encryption key {sealed_with(stored.data)}, which does not open here"
 
 
 async def iter_stored(
@@ -88,7 +135,7 @@ async def iter_stored(
             if progress:
                 progress(1)
             try:
-                record = parse(stored)
+                record = parse(stored, client.connection.seals)
             except ValidationError as exc:
                 log.warning("DLQ message %d is not a dead-letter record: %s", stored.seq, exc)
                 continue
@@ -139,7 +186,7 @@ async def get_dead(source: ClientSource, ref: str) -> DeadLetter | None:
             stored = await client.connection.messages.get(client.names.dlq_stream, int(ref))
         except NotFound:
             return None
-        return parse(stored) if stored is not None else None
+        return parse(stored, client.connection.seals) if stored is not None else None
     async for record in iter_dead(client):
         if record.id == ref:
             return record

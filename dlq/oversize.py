@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 
 from taskq.client import ClientSource
-from taskq.dlq.record import BlobOriginal, DeadLetter, RawOriginal
+from taskq.dlq.record import BlobOriginal, DeadLetter, RawOriginal, SealedOriginal
+from taskq.errors import DecodeError
 from taskq.ids import safe_id
 
 # room for the subject, headers and protocol framing around the record body
@@ -50,6 +51,8 @@ async def original_bytes(source: ClientSource, record: DeadLetter) -> bytes:
     if isinstance(message, RawOriginal):
         decoded: bytes = message.decoded()
         return decoded
+    if isinstance(message, SealedOriginal):  # its original is inside the sealed body
+        raise DecodeError(f"dead letter {record.id}: {message.sealed}")
     return json.dumps(message.model_dump(), separators=(",", ":"), ensure_ascii=False).encode()
 
 

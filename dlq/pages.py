@@ -22,6 +22,7 @@ from taskq.errors import NotFound
 from taskq.nats import StoredMessage
 from taskq.operate import sequence_pages
 from taskq.operate.sequence_pages import MAX_WINDOW
+from taskq.records.places import Seals
 
 BUDGET = 5000  # records read at most for one page
 
@@ -68,7 +69,7 @@ class _Scan:
                 if stored.seq >= end:  # a sparse subject reaches past the window
                     return found
                 self.scanned += 1
-                record = _parse(stored)
+                record = _parse(stored, self.client.connection.seals)
                 if record is not None and self.filters.accepts(record, self.now):
                     found.append(record)
             if not got:
@@ -109,9 +110,9 @@ async def page(
     return Page(records, older, newer, scan.scanned, total)
 
 
-def _parse(stored: StoredMessage) -> DeadLetter | None:
+def _parse(stored: StoredMessage, seals: Seals) -> DeadLetter | None:
     try:
-        return parse(stored)
+        return parse(stored, seals)
     except ValidationError as exc:
         log.warning("DLQ message %d is not a dead-letter record: %s", stored.seq, exc)
         return None

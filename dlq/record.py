@@ -4,6 +4,9 @@ A record's `message` is the task as it arrived, in one of three typed shapes val
 record is read: the decoded envelope (`EnvelopeOriginal`), the undecodable bytes in base64
 (`RawOriginal`), or a reference to the bytes kept in the object store (`BlobOriginal`, see
 `taskq.dlq.oversize`). Each serializes to the same JSON object as before it was typed.
+
+A fourth shape is never written: `SealedOriginal` stands in for a record this process cannot
+open (sealed with a key it lacks), so that readers list it as sealed instead of dropping it.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ REASONS: tuple[str, ...] = (
     "expired",
     "crashed",
     "forged_step",
+    "unstored",
 )
 REASON_HEADER = "Taskq-Reason"
 QUEUE_HEADER = "Taskq-Queue"
@@ -116,10 +120,27 @@ class BlobOriginal(BaseModel):
     task: str | None = None
 
 
+class SealedOriginal(BaseModel):
+    """A dead letter this process cannot open, in a reader's hands: its body is sealed with
+    a key the process lacks (or was not sealed for this place). `sealed` says why it does
+    not open, naming the key; `id` and `task` are what the letter's headers say. Never
+    written: nothing can be requeued or exported from it (`taskq.dlq.browse.parse`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    sealed: str
+    id: str | None = None
+    task: str | None = None
+
+
 def _original_kind(value: Any) -> str | None:
     """The tag of an original, from a wire dict (by its keys) or from a model."""
     if isinstance(value, dict):
+        if "sealed" in value:
+            return "sealed"
         return "blob" if "blob" in value else "raw" if "raw_b64" in value else "envelope"
+    if isinstance(value, SealedOriginal):
+        return "sealed"
     if isinstance(value, BlobOriginal):
         return "blob"
     if isinstance(value, RawOriginal):
@@ -130,7 +151,8 @@ def _original_kind(value: Any) -> str | None:
 Original = Annotated[
     Annotated[EnvelopeOriginal, Tag("envelope")]
     | Annotated[RawOriginal, Tag("raw")]
-    | Annotated[BlobOriginal, Tag("blob")],
+    | Annotated[BlobOriginal, Tag("blob")]
+    | Annotated[SealedOriginal, Tag("sealed")],
     Discriminator(_original_kind),
 ]
 

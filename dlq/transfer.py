@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from taskq.client import Client, ClientSource
-from taskq.dlq.browse import Filters, iter_stored
-from taskq.dlq.record import BlobOriginal, DeadLetter
+from taskq.dlq.browse import Filters, iter_stored, log
+from taskq.dlq.record import BlobOriginal, DeadLetter, SealedOriginal
 from taskq.dlq.stream import ensure_dlq
 from taskq.errors import TaskqError
 
@@ -42,6 +42,9 @@ async def export_lines(
     `iter_stored`: one per message read)."""
     client = await source.client()
     async for stored, record in iter_stored(client, filters, progress):
+        if isinstance(record.message, SealedOriginal):  # an import could not check it
+            log.warning("DLQ message %d not exported: %s", stored.seq, record.message.sealed)
+            continue
         line: dict[str, Any] = {
             "v": FORMAT,
             "subject": stored.subject,

@@ -13,14 +13,14 @@ import nats
 import pytest
 
 import taskq
-from taskq import App, ConfigError
+from taskq import App, ConfigError, Reject
 from taskq.dlq.browse import list_dead
 from taskq.dlq.record import RawOriginal
 from taskq.errors import DecodeError
 from taskq.records.results import fetch, wait
 from taskq.records.sealing import MAGIC, is_sealed, new_key, sealed_with
 from taskq.settings import Settings
-from tests.conftest import run_cli, running_worker, wait_until
+from tests.conftest import cli, run_cli, running_worker, wait_until
 from tests.stored import MARKER, stored_bodies
 
 
@@ -71,6 +71,44 @@ async def test_a_worker_without_the_key_dead_letters_it_and_carries_on(
     assert f"sealed with encryption key {key}" in record.error.message
     assert "no encryption key" in record.error.message
     assert handle.id  # the producer's handle is fine; the task never ran
+
+
+async def test_the_cli_without_the_key_lists_sealed_dead_letters_as_sealed(
+    keyed: App, nats_url: str, prefix: str
+) -> None:
+    """`taskq dlq ls` (text and `--json`) and `dlq show` without the key, over dead letters a
+    keyed worker sealed: one row per letter, saying it is sealed and with which key, and
+    nothing on stderr (each letter printed pydantic's validation error, and none was
+    listed). A requeue without the key refuses each, naming why, and leaves them."""
+
+    @keyed.task(max_retries=0)
+    async def bad(i: int) -> None:
+        raise Reject(f"bad {i}")
+
+    async with running_worker(keyed) as worker:
+        handles = await bad.enqueue_many(range(2))
+        await wait_until(lambda: worker.stats["dead"] == 2)
+    sealed = f"sealed with encryption key {sealed_with(keyed.settings.sealer().seal(b'{}'))}"
+    table = await cli(nats_url, prefix, "dlq", "ls")
+    listed = await cli(nats_url, prefix, "dlq", "ls", "--json")
+    for done in (table, listed):
+        assert done.returncode == 0, done.stderr
+        assert done.stderr == ""  # no UserWarning, no PydanticSerializationUnexpectedValue
+    rows = json.loads(listed.stdout)
+    assert sorted(r["id"] for r in rows) == sorted(h.id for h in handles)
+    for row in rows:
+        assert (row["task"], row["queue"], row["reason"]) == ("bad", "default", "permanent")
+        assert row["error"]["message"].startswith(sealed), row
+        assert row["failed_at"] > "2000", row  # when it was stored, from the stream
+    header, *lines = table.stdout.splitlines()
+    assert "ERROR" in header and len(lines) == 2
+    assert all(sealed in line and " bad " in line and "permanent" in line for line in lines)
+    shown = await cli(nats_url, prefix, "dlq", "show", str(rows[0]["seq"]))
+    assert shown.returncode == 0 and shown.stderr == "" and sealed in shown.stdout
+    refused = await cli(nats_url, prefix, "dlq", "requeue", "--all")
+    assert refused.returncode == 1 and "requeued 0 dead letter(s)" in refused.stdout
+    assert refused.stderr.count(sealed) == 2, refused.stderr
+    assert len(await list_dead(keyed)) == 2  # still there, and the keyed app reads them
 
 
 async def test_rotation_old_key_tasks_still_run(nats_url: str, prefix: str) -> None:

@@ -12,8 +12,10 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
+from datetime import datetime
 from typing import Any
 
+import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
@@ -115,8 +117,9 @@ class Delivery:
         return self._pending
 
     def stored(self) -> StoredMessage:
-        """This delivery as a stream message (for readers that do not settle)."""
-        return StoredMessage(self.subject, self.seq, self.data, self.headers, None)
+        """This delivery as a stream message (for readers that do not settle), with when the
+        server stored it (a dead letter too sealed to read says no other time)."""
+        return StoredMessage(self.subject, self.seq, self.data, self.headers, _stored_at(self._msg))
 
     async def ack(self) -> None:
         with self._guard:
@@ -242,6 +245,15 @@ def _ack_subject(msg: Msg) -> tuple[str, int, int, int]:
         return tokens[4], int(tokens[6]), int(tokens[7]), int(tokens[10])
     meta = msg.metadata  # anything else: nats-py says what it is, or why not
     return meta.stream, meta.num_delivered, meta.sequence.stream, int(meta.num_pending or 0)
+
+
+def _stored_at(msg: Msg) -> datetime | None:
+    """When the server stored a delivered message: its ack subject's time stamp (ADR-15),
+    or None when the subject has none."""
+    try:
+        return msg.metadata.timestamp
+    except (nats.errors.Error, ValueError, IndexError):
+        return None
 
 
 def request_over(status: str, msg: Msg) -> bool:
