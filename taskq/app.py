@@ -25,7 +25,7 @@ from taskq.portal import Portal
 from taskq.records.firings import check_catch_up
 from taskq.records.schedules import Periodic, expression
 from taskq.settings import Settings
-from taskq.task import Task, TaskSpec
+from taskq.task import CallOptions, Task, TaskSpec
 from taskq.telemetry import Telemetry
 from taskq.topology.names import Names, check_queue, check_task
 from taskq.topology.partitions import check_partitions
@@ -192,7 +192,8 @@ class App:
 
         def register(fn: F) -> Task[Any, Any]:
             task = self._register(fn, **options)
-            task.validator.for_wire(list(args), dict(kwargs or {}))  # fail at declaration
+            # fail at declaration: arguments the signature or the encoder (a nan) refuses
+            task.build_envelope(list(args), dict(kwargs or {}), CallOptions()).encode()
             call = tuple(args), tuple((kwargs or {}).items())
             self.periodics[task.name] = Periodic(task.name, task.queue, schedule, *call, policy)
             return task

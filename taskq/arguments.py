@@ -15,7 +15,11 @@ from pydantic_core import PydanticSerializationError
 
 from taskq.errors import ArgumentsError
 
-_MODEL_CONFIG = ConfigDict(arbitrary_types_allowed=True, populate_by_name=False)
+# `ser_json_inf_nan`: a nan/inf argument stays a float in its JSON form (pydantic's default
+# makes it None), so the envelope's encoder refuses it, naming it (taskq.records.finite)
+_MODEL_CONFIG = ConfigDict(
+    arbitrary_types_allowed=True, populate_by_name=False, ser_json_inf_nan="constants"
+)
 _JSON_SCALARS = (int, float, str, bool)
 
 

@@ -38,14 +38,17 @@ async def publish_many(
     client: Client, envelopes: list[Envelope], streams: list[str] | None = None
 ) -> list[Published]:
     """Publish placed envelopes (each with its `subject`; `streams`: the stream each goes
-    to, which makes atomic batches of those bound for one stream); results in order."""
+    to, which makes atomic batches of those bound for one stream); results in order.
+    Every body is encoded before the first is sent: one the encoder refuses (a nan
+    argument: ArgumentsError) publishes nothing."""
+    bodies = [envelope.encode() for envelope in envelopes]
     acks: list[PubAck | None] = [None] * len(envelopes)
     if streams is not None:
-        await _in_batches(client, envelopes, streams, acks)
+        await _in_batches(client, envelopes, bodies, streams, acks)
     rest = [i for i, ack in enumerate(acks) if ack is None]
     for start in range(0, len(rest), WINDOW):
         window = rest[start : start + WINDOW]
-        sent = await _pipelined(client, [envelopes[i] for i in window])
+        sent = await _pipelined(client, [(envelopes[i], bodies[i]) for i in window])
         for i, ack in zip(window, sent, strict=True):
             acks[i] = ack
     return [
@@ -56,7 +59,11 @@ async def publish_many(
 
 
 async def _in_batches(
-    client: Client, envelopes: list[Envelope], streams: list[str], acks: list[PubAck | None]
+    client: Client,
+    envelopes: list[Envelope],
+    bodies: list[bytes],
+    streams: list[str],
+    acks: list[PubAck | None],
 ) -> None:
     """Publish the envelopes as atomic batches per stream, a window of batches at a time;
     fills `acks` for the batches stored (the others are left to the pipelined path)."""
@@ -69,7 +76,7 @@ async def _in_batches(
     for start in range(0, len(batches), per_window):
         window = batches[start : start + per_window]
         sent = [
-            (members, await _send_batch(client, envelopes, members, streams[members[0]]))
+            (members, await _send_batch(client, envelopes, bodies, members, streams[members[0]]))
             for members in window
         ]
         for members, waiting in sent:
@@ -91,11 +98,9 @@ def _by_stream(streams: list[str], refused: Callable[[str], bool]) -> list[list[
 
 
 async def _send_batch(
-    client: Client, envelopes: list[Envelope], members: list[int], stream: str
+    client: Client, envelopes: list[Envelope], bodies: list[bytes], members: list[int], stream: str
 ) -> asyncio.Future[PubAck] | None:
-    messages = [
-        (envelopes[i].subject, envelopes[i].encode(), _headers(envelopes[i])) for i in members
-    ]
+    messages = [(envelopes[i].subject, bodies[i], _headers(envelopes[i])) for i in members]
     return await client.connection.publish_atomic(stream, messages)
 
 
@@ -113,28 +118,28 @@ def _headers(envelope: Envelope) -> dict[str, str]:
     return {**envelope.headers, MSG_ID: safe_id(envelope.id), TASK_HEADER: envelope.task}
 
 
-async def _pipelined(client: Client, chunk: list[Envelope]) -> list[PubAck]:
+async def _pipelined(client: Client, chunk: list[tuple[Envelope, bytes]]) -> list[PubAck]:
+    """Publish each (envelope, its body) now, then collect the acks."""
     connection = client.connection
     waits: list[Awaitable[PubAck]] = []
-    for envelope in chunk:
-        body = envelope.encode()
+    for envelope, body in chunk:
         waits.append(await connection.publish_nowait(envelope.subject, body, _headers(envelope)))
     results = await asyncio.gather(*waits, return_exceptions=True)
     acks: list[PubAck] = []
-    for envelope, result in zip(chunk, results, strict=True):
+    for (envelope, body), result in zip(chunk, results, strict=True):
         if isinstance(result, PubAck):
             acks.append(result)
         elif isinstance(result, TaskqError):
             # ack lost or refused for a moment: publish again (same subject, so the same
             # stream's dedup window keeps it single)
-            acks.append(await _republish(client, envelope))
+            acks.append(await _republish(client, envelope, body))
         else:
             raise result
     return acks
 
 
-async def _republish(client: Client, envelope: Envelope) -> PubAck:
-    body, headers = envelope.encode(), _headers(envelope)
+async def _republish(client: Client, envelope: Envelope, body: bytes) -> PubAck:
+    headers = _headers(envelope)
     return await retry_transient(
         lambda: client.connection.publish(envelope.subject, body, headers), what="enqueue"
     )

@@ -56,6 +56,9 @@ class Client:
         self._laid_out: dict[str, int] = {}  # every stream of the layout ensured
         self._placement = Placement()
         self.ensured: set[str] = set()  # other objects made on this connection (flow control)
+        # caches a feature keeps for this connection and prefix, under its name (never
+        # process-wide: two apps in one process must not share them)
+        self.kept: dict[str, object] = {}
 
     @classmethod
     async def connect(cls, settings: Settings, declared: Mapping[str, int] | None = None) -> Client:

@@ -41,6 +41,26 @@ def _format(error: dict[str, Any]) -> str:
     return f"{loc}: {error.get('msg', '?')}" if loc else str(error.get("msg", "?"))
 
 
+class NonFiniteFloat(TaskqError, ValueError):
+    """A value taskq was about to send holds a float JSON has no form for (nan, inf, -inf):
+    refused, since the other side would read it back as something else (null: None) or
+    not at all. `where` says where it is (`args[0]`, `kwargs['x'][2]`, `result['mean']`):
+    `what` the value is, then `path`, the keys and indexes down to the float."""
+
+    def __init__(self, what: str, path: tuple[str | int, ...], value: float) -> None:
+        self.what = what
+        self.path = path
+        self.value = value
+        self.where = what + "".join(f"[{step!r}]" for step in path)
+        super().__init__(
+            f"{self.where} is {value!r}, which JSON has no form for (no NaN, no Infinity): "
+            "use a finite number, or None or a string, in its place"
+        )
+
+    def __reduce__(self) -> tuple[type[NonFiniteFloat], tuple[str, tuple[str | int, ...], float]]:
+        return (NonFiniteFloat, (self.what, self.path, self.value))
+
+
 class ConnectError(TaskqError):
     """No NATS server answers at `url`, or the TLS handshake with it failed (`tls` is True)."""
 

@@ -28,9 +28,11 @@ def new_id() -> str:
 # What an id may be, as it is, wherever ids go: subjects (whole tokens, no wildcard, no
 # white space), header values (no CR/LF), KV keys and object names (nats-py's key
 # alphabet). Anything else, and anything long, is replaced by its digest. Plain ids never
-# start with `h.`, so a plain id and a digest never meet.
+# start with `h.` (digests) or `w.` (durable runs' result records, taskq.records.results),
+# so a task's key never meets a digest's or a run's, whatever id a producer chooses.
 _PLAIN_ID = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*")
 MAX_PLAIN_ID = 128
+RESERVED = ("h.", "w.")  # what no plain id starts with
 MAX_KEY = 1024  # the longest idempotency key `options(key=...)` takes
 
 
@@ -41,7 +43,7 @@ def safe_id(task_id: str) -> str:
     if (
         len(task_id) <= MAX_PLAIN_ID
         and _PLAIN_ID.fullmatch(task_id)
-        and not task_id.startswith("h.")
+        and not task_id.startswith(RESERVED)
     ):
         return task_id
     return "h." + hashlib.sha256(task_id.encode("utf-8", "surrogatepass")).hexdigest()

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from taskq.errors import (
     ArgumentsError,
+    NonFiniteFloat,
     ProcessCrashed,
     Reject,
     Retry,
@@ -21,7 +22,14 @@ from taskq.errors import (
 )
 
 DeadReason = Literal[
-    "exhausted", "permanent", "undecodable", "unknown_task", "expired", "crashed", "forged_step"
+    "exhausted",
+    "permanent",
+    "undecodable",
+    "unknown_task",
+    "expired",
+    "crashed",
+    "forged_step",
+    "unstored",
 ]
 
 
@@ -138,7 +146,7 @@ def _steered(policy: RetryPolicy, attempt: int, error: BaseException) -> Decisio
     a cancel, a permanent failure, a crashed pool process, an explicit Retry."""
     if isinstance(error, TaskCancelled):
         return Cancel()
-    if isinstance(error, Reject | ArgumentsError | Unpicklable):
+    if isinstance(error, Reject | ArgumentsError | Unpicklable | NonFiniteFloat):
         return Dead("permanent", str(error))
     last = attempt >= policy.attempts
     if isinstance(error, ProcessCrashed):  # like a worker dying: retried whatever retry_for

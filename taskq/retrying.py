@@ -30,14 +30,17 @@ async def retry_transient(
     deadline: float = 60.0,
     what: str = "request",
     level: int = logging.WARNING,
+    also: tuple[type[Exception], ...] = (),
 ) -> T:
-    """Await `call()`, retrying TransientError with backoff until `deadline` seconds pass."""
+    """Await `call()`, retrying TransientError (and the errors in `also`) with backoff
+    until `deadline` seconds pass."""
+    retried: tuple[type[Exception], ...] = (TransientError, *also)
     try:  # fast path: no retry machinery unless something actually failed
         return await call()
-    except TransientError as exc:
+    except retried as exc:
         log.log(level, "%s failed (%s), retrying", what, exc)
     retrying = tenacity.AsyncRetrying(
-        retry=tenacity.retry_if_exception_type(TransientError),
+        retry=tenacity.retry_if_exception_type(retried),
         wait=tenacity.wait_exponential_jitter(initial=0.1, max=2.0, jitter=0.2),
         stop=tenacity.stop_after_delay(deadline),
         reraise=True,

@@ -35,6 +35,7 @@ ENV_FIELDS: dict[str, str] = {
     "TASKQ_TLS_KEY": "tls_key",
     "TASKQ_REPLICAS": "replicas",
     "TASKQ_RESULTS_PARTITIONS": "results_partitions",
+    "TASKQ_WORKFLOWS_MAX_BYTES": "workflows_max_bytes",
     "TASKQ_HEARTBEAT": "heartbeat",
     "TASKQ_SPARK_MASTER": "spark_master",
     "TASKQ_SPARK_CONF": "spark_conf",
@@ -73,6 +74,19 @@ class Settings(BaseModel):
     # result records spread over this many buckets by task id (taskq.records.result_buckets):
     # producers and workers of a prefix must agree; 1 is the one `<PREFIX>_RESULTS` bucket
     results_partitions: int = Field(default=1, ge=1, le=64)
+    # durable runs' journals, all of them, at most (the workflows stream refuses more: a
+    # producer flooding runs with signals cannot fill the server's disk); 0: no bound of
+    # its own. Not set by default: the server reserves a stream's bound against its
+    # storage at creation, and refuses one larger than what it has
+    workflows_max_bytes: int = Field(default=0, ge=0)
+
+    @field_validator("workflows_max_bytes")
+    @classmethod
+    def _workflows_max_bytes(cls, value: int) -> int:
+        if 0 < value < 64 * 1024**2:
+            raise ValueError("workflows_max_bytes is 0 (no bound) or at least 64 MiB")
+        return value
+
     # seconds between worker heartbeats (`taskq workers`); a silent worker is gone after 3
     heartbeat: float = Field(default=5.0, gt=0)
     # consumer backstop: the server stops redelivering after this many deliveries

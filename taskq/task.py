@@ -245,6 +245,7 @@ class TaskCall:
         """An enqueue through unique_for, debounce or throttle (taskq.flowcontrol.gates)."""
         opts, task = self.opts, self.task
         envelope = replace(task.build_envelope(args, kwargs, opts), id=new_id())
+        envelope.encode()  # what the encoder refuses (a nan argument), before a gate's record
         queue = check_queue(opts.queue or task.queue)
         gate = opts.gate
         if gate.debounce is not None:

@@ -216,9 +216,12 @@ class WorkerProcess:
         return self.log.read_text(errors="replace")
 
     async def wait_ready(self, timeout: float = 30.0) -> None:
-        await wait_until(
-            lambda: "worker ready" in self.output() or self.proc.poll() is not None, timeout
-        )
+        try:
+            await wait_until(
+                lambda: "worker ready" in self.output() or self.proc.poll() is not None, timeout
+            )
+        except AssertionError:  # what the worker said, for a failing run's log
+            raise AssertionError(f"worker not ready in {timeout}s:\n{self.output()}") from None
         assert self.proc.poll() is None, self.output()
 
     def signal(self, signum: int) -> None:

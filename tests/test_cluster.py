@@ -39,7 +39,9 @@ async def run_leader_kill(
     workers = [WorkerProcess(cluster.url, prefix, SPEC, "-c", "32", env=env) for _ in range(2)]
     try:
         for worker in workers:
-            await worker.wait_ready(60)
+            # a hang, not a slow start: a fresh R3 cluster under a loaded full run has
+            # taken over 60 s to make a worker's streams (stop 36 and 37 saw it once each)
+            await worker.wait_ready(150)
         ids = [f"k{i:05d}" for i in range(tasks)]
         await reliable.awork.enqueue_many([{"tid": tid} for tid in ids])
         await wait_until(lambda: len(runs(ledger)) >= tasks // 5, timeout=60)
@@ -66,10 +68,12 @@ async def run_leader_kill(
             worker.close()
 
 
+@pytest.mark.timeout(420)  # its worker start may take 150 s, its run 120 s (hang deadlines)
 async def test_stream_leader_killed_mid_run_loses_nothing(cluster: Cluster, tmp_path: Path) -> None:
     await run_leader_kill(cluster, tmp_path, 5000)
 
 
+@pytest.mark.timeout(420)
 async def test_results_leader_killed_mid_run_nothing_hangs(
     cluster: Cluster, tmp_path: Path
 ) -> None:

@@ -73,7 +73,8 @@ def test_progress_values_are_checked() -> None:
     from taskq.records.progress import checked
 
     assert checked(0.5, "half") == (0.5, "half")
-    for bad in (1.5, -0.1, float("nan"), "half", True, {"x": object()}):
+    nan = float("nan")
+    for bad in (1.5, -0.1, nan, "half", True, {"x": object()}, {"rate": [1.0, nan]}):
         with pytest.raises(ValidationError):
             checked(bad, None)
 

@@ -13,9 +13,10 @@ from concurrent.futures import Executor
 from typing import Any
 
 from taskq.context import TaskContext, enter, leave
-from taskq.errors import TaskTimeout
+from taskq.errors import NonFiniteFloat, TaskTimeout
 from taskq.middleware import Chain
 from taskq.policy import Failure, Outcome, Success
+from taskq.records.finite import finite_json
 from taskq.task import Task
 from taskq.workers.threads import TaskThreads
 
@@ -60,6 +61,30 @@ async def call_function(
         if isinstance(threads, TaskThreads):
             threads.abandon(future, task.name)
         raise
+
+
+_PLAIN = (type(None), bool, int, str)  # results that cannot hold a float: nothing to check
+
+
+def refusing_non_finite(call: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[Any]]:
+    """`call` (an attempt), failing with NonFiniteFloat when its value holds a nan, inf or
+    -inf: JSON has no form for one, so its record, a chain's next step or a chord's results
+    would carry something else (null: None). Refused as such an argument is at enqueue:
+    permanent, dead-lettered naming where it is (`result['mean']`). The process middleware
+    sees the failure, as if the task had raised it."""
+
+    async def checked() -> Any:
+        value = await call()
+        if type(value) not in _PLAIN:
+            try:
+                finite_json(value, what="result", fallback=repr)
+            except NonFiniteFloat:
+                raise
+            except Exception:  # not JSON for another reason: the record's encoder says so
+                return value
+        return value
+
+    return checked
 
 
 def unwrap(outcome: Outcome) -> Any:

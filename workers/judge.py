@@ -31,7 +31,7 @@ from taskq.records.sealing import PLAINTEXT_REFUSED
 from taskq.task import Task
 from taskq.workers.admission import Admission
 from taskq.workers.cancel_watch import CancelWatch
-from taskq.workers.execute import call_function, run_attempt, unwrap
+from taskq.workers.execute import call_function, refusing_non_finite, run_attempt, unwrap
 from taskq.workers.job import Job
 from taskq.workers.lease import Leases
 from taskq.workers.pool.processes import ProcessPool
@@ -132,7 +132,8 @@ class Judge:
             return Dead("unknown_task"), Failure(UnknownTaskError(envelope.task))
         job.spent = spent(d)  # a held task's copy carries the attempts it already used
         if job.attempt > task.policy.attempts:
-            return _crashed(task, job.attempt), None
+            unstored = self._running.why_unstored(d.stream, d.seq)
+            return _crashed(task, job.attempt, unstored), None
         if envelope.expired():
             return Dead("expired", f"expired at {envelope.expires_at}"), None
         return None
@@ -151,7 +152,7 @@ class Judge:
             job.envelope = dataclasses.replace(envelope, workflow=None)
             why = f"no decision of workflow run {envelope.workflow.id} commanded this step"
             return Dead("forged_step", why), None
-        if job.delivery.num_delivered > 1 and await ended_already(client, envelope):
+        if await ended_already(client, envelope):  # a first delivery too (a restarted server)
             return Hold("its outcome is in its run's journal already", done=True), None
         return None
 
@@ -208,6 +209,16 @@ class Judge:
         return outcome
 
     def _call(
+        self, task: Task[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any], ctx: TaskContext
+    ) -> Callable[[], Awaitable[Any]]:
+        """The attempt; its value checked for what JSON cannot carry when it goes anywhere
+        (its record, its workflow's next step)."""
+        call = self._runner(task, args, kwargs, ctx)
+        if task.store_result or ctx.envelope.workflow is not None:
+            return refusing_non_finite(call)
+        return call
+
+    def _runner(
         self, task: Task[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any], ctx: TaskContext
     ) -> Callable[[], Awaitable[Any]]:
         pool = self._runners.pool
@@ -272,9 +283,10 @@ def _dropped(reason: str, kept: str) -> Cancel:
     return Cancel("dropped", shown, kept[:128])
 
 
-def _crashed(task: Task[Any, Any], delivered: int) -> Dead:
-    return Dead(
-        "crashed",
-        f"delivered {delivered} times, more than its {task.policy.attempts} attempt(s): "
-        "a worker died while running it",
-    )
+def _crashed(task: Task[Any, Any], delivered: int, unstored: str | None = None) -> Dead:
+    """Its attempts ran out without an outcome: its outcome could not be stored (the cause,
+    when this worker saw it), else a worker died while running it."""
+    spent = f"delivered {delivered} times, more than its {task.policy.attempts} attempt(s)"
+    if unstored is not None:
+        return Dead("unstored", f"{spent}: its outcome could not be stored: {unstored}")
+    return Dead("crashed", f"{spent}: a worker died while running it")

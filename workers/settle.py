@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from taskq.client import Client
-from taskq.errors import PayloadTooLarge, StorageFull
+from taskq.errors import PayloadTooLarge, StorageFull, TransientError
 from taskq.middleware import Chain, Settled
 from taskq.nats import PubAck
 from taskq.policy import Ack, Cancel, Dead, Decision, Failure, Hold, Nak, Outcome, Success
@@ -42,6 +42,7 @@ from taskq.workers.job import Job
 from taskq.workers.logs import BUFFERED, SETTLED, write_direct
 from taskq.workers.progress import ProgressWriter
 from taskq.workers.record_batches import RecordBatches
+from taskq.workers.running import RunningJobs
 from taskq.workers.writes import Writes, send, send_group, store, writes_for
 
 log = logging.getLogger("taskq.worker")
@@ -70,8 +71,10 @@ class Settler:
         middleware: Chain,
         progress: ProgressWriter,
         window: int = WINDOW,
+        running: RunningJobs | None = None,
     ) -> None:
         self.client = client
+        self._running = running or RunningJobs()  # notes outcomes the server would not store
         self.stats = stats
         self._admission = admission  # stores held copies (tasks with limits)
         self._middleware = middleware  # told of each final verdict (`after_settle`)
@@ -193,6 +196,14 @@ class Settler:
         Either way its place in the window is free afterwards."""
         try:
             await settle(verdict)
+        except (StorageFull, TransientError) as exc:  # the server would not store it
+            d = verdict.job.delivery
+            log.warning(
+                "%s: its outcome not stored (%s); will be redelivered", _tid(verdict.job), exc
+            )
+            self._running.unstored(d.stream, d.seq, str(exc))
+            with contextlib.suppress(Exception):
+                await d.nak(delay=5.0)
         except Exception:
             log.exception("unexpected error settling %s; will be redelivered", _tid(verdict.job))
             with contextlib.suppress(Exception):

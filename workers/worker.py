@@ -41,6 +41,7 @@ from taskq.workers.spark.jobs import SparkExecutor
 from taskq.workers.spark.session import SparkRuntime
 from taskq.workers.threads import TaskThreads
 from taskq.workers.timers import run_mover
+from taskq.workflows.janitor import run_janitor
 
 log = logging.getLogger("taskq.worker")
 LEVEL_LINGER = 0.25  # a priority level's pull waits this long before its loop ends
@@ -133,6 +134,8 @@ class Worker:
         if self.sweeper:
             # Every worker sweeps crash-looped messages on one shared durable consumer.
             loops.append(asyncio.create_task(run_sweeper(client, self._stopping)))
+        if self.app.workflows:  # journal subjects of ids that never started a run
+            loops.append(asyncio.create_task(run_janitor(client, self._stopping)))
         self._ready.set()
         try:
             await self._stopping.wait()
@@ -158,7 +161,9 @@ class Worker:
             admission,
         )
         middleware = self.app.middleware
-        settler = Settler(client, self.stats, admission, middleware, control.progress)
+        settler = Settler(
+            client, self.stats, admission, middleware, control.progress, running=running
+        )
         return _Parts(admission, control, judge, settler)
 
     def problem(self) -> str | None:

@@ -143,8 +143,9 @@ def find_task(app: App, name: str) -> Task[Any, Any]:
 
 
 def check_call(call: TaskCall, args: list[Any], kwargs: dict[str, Any]) -> None:
-    """Raise what `call.enqueue(*args, **kwargs)` would for bad arguments or queue name."""
-    call.task.build_envelope(args, kwargs, call.opts)
+    """Raise what `call.enqueue(*args, **kwargs)` would for bad arguments (a nan among
+    them too: JSON_ARGS may say NaN) or queue name."""
+    call.task.build_envelope(args, kwargs, call.opts).encode()
     check_queue(call.opts.queue or call.task.queue)
 
 

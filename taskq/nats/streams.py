@@ -333,6 +333,7 @@ def stream_config(spec: StreamSpec) -> api.StreamConfig:
         discard=api.DiscardPolicy.NEW if spec.refuse_when_full else api.DiscardPolicy.OLD,
         discard_new_per_subject=spec.refuse_when_full,
         max_msg_size=spec.max_msg_size,
+        max_bytes=spec.max_bytes,
         allow_direct=True,
     )
 

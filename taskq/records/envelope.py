@@ -13,11 +13,18 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
-from pydantic_core import from_json, to_json
+from pydantic_core import from_json
 
-from taskq.errors import DecodeError
+from taskq.errors import ArgumentsError, DecodeError, NonFiniteFloat
 from taskq.records.clock import parse_time
-from taskq.workflows.state import WORKFLOW_STATE, WorkflowState, state_to_wire
+from taskq.records.finite import finite_json
+from taskq.workflows.state import (
+    WORKFLOW_STATE,
+    ChainState,
+    ChordState,
+    WorkflowState,
+    state_to_wire,
+)
 
 VERSION = 1
 MSG_ID = "Nats-Msg-Id"
@@ -54,6 +61,10 @@ class Envelope:
         return moved
 
     def to_dict(self) -> dict[str, Any]:
+        flow = None if self.workflow is None else state_to_wire(self.workflow)
+        return self._fields(flow)
+
+    def _fields(self, flow: dict[str, Any] | None) -> dict[str, Any]:
         return {
             "v": VERSION,
             "id": self.id,
@@ -63,13 +74,44 @@ class Envelope:
             "enqueued_at": self.enqueued_at,
             "expires_at": self.expires_at,
             "eta": self.eta,
-            "flow": None if self.workflow is None else state_to_wire(self.workflow),
+            "flow": flow,
             "meta": self.meta,
         }
 
     def encode(self) -> bytes:
-        # pydantic-core's serializer: the same compact UTF-8 JSON, several times faster
-        return to_json(self.to_dict())
+        """The message body: compact UTF-8 JSON (pydantic-core's serializer, several times
+        faster than json's), or ArgumentsError naming a nan/inf/-inf in it and its task."""
+        # the flow dumped as Python (the same bytes as `state_to_wire`'s once encoded): its
+        # JSON mode would write a nan in a chain step's arguments as null, unseen
+        flow = None if self.workflow is None else self.workflow.model_dump(exclude_none=True)
+        try:
+            return finite_json(self._fields(flow))
+        except NonFiniteFloat as exc:
+            task, found = self._located(exc)
+            raise ArgumentsError(task, str(found)) from found
+
+    def _located(self, found: NonFiniteFloat) -> tuple[str, NonFiniteFloat]:
+        """Whose value the non-finite float `found` in the body is, and where in that value
+        it is (`args[0]` of a chain's next step rather than `value['flow']['rest']...`)."""
+        for task, what, value in self._user_values():
+            try:
+                finite_json(value, what=what)
+            except NonFiniteFloat as exc:
+                return task, exc
+        return self.task, found
+
+    def _user_values(self) -> list[tuple[str, str, Any]]:
+        """(task, name, value) of every value in the envelope a user gave: its arguments and
+        meta, and its workflow's steps still to be published (their arguments)."""
+        values = [(self.task, "args", self.args), (self.task, "kwargs", self.kwargs)]
+        values.append((self.task, "meta", self.meta))
+        flow = self.workflow
+        steps = flow.rest if isinstance(flow, ChainState) else ()
+        if isinstance(flow, ChordState):
+            steps = (flow.callback,)
+        for step in steps:
+            values += [(step.task, "args", step.args), (step.task, "kwargs", step.kwargs)]
+        return values
 
     def with_meta(self, **values: Any) -> Envelope:
         """A copy with `values` added to `meta` (for enqueue middleware)."""
@@ -128,13 +170,16 @@ def decode(
 
 def _json_object(data: bytes) -> dict[str, Any]:
     try:
-        raw = from_json(data)  # a third of json.loads's time; its errors said below
+        # a third of json.loads's time; its errors said below
+        raw = from_json(data, allow_inf_nan=False)
     except ValueError as exc:
         # Refused even when json.loads would take it: json.loads is laxer than the parser
         # whose serializer writes the task back (its result, its dead letter). What only
         # json.loads takes (a lone surrogate escape, nesting past 201 levels) cannot be
         # written back: such a body was accepted, then every settle failed writing its
         # record and the message came back until max_deliver (and broke the sweeper).
+        # NaN and Infinity are not JSON: they would reach the task, then be refused in
+        # its record, a held copy, a chain's next step (taskq.records.finite).
         raise _refusal(data, exc) from None
     if not isinstance(raw, dict):
         raise DecodeError(f"body is JSON {type(raw).__name__}, not an object")
@@ -157,7 +202,21 @@ def _refusal(data: bytes, error: ValueError) -> DecodeError:
             "body has a string with a lone surrogate escape (\\ud800-\\udfff unpaired): "
             "not text, it has no UTF-8 encoding"
         )
+    found = _non_finite(raw)
+    if found is not None:
+        return DecodeError(str(found))
     return DecodeError(f"body is JSON taskq cannot carry: {str(error)[:200]}")
+
+
+def _non_finite(raw: Any) -> NonFiniteFloat | None:
+    """Where the first nan/inf/-inf in a parsed body is (None: none, or too deep to tell)."""
+    try:
+        finite_json(raw, what="body")
+    except NonFiniteFloat as exc:
+        return exc
+    except ValueError:  # too deep for pydantic-core to write: its own reason is given
+        return None
+    return None
 
 
 def _utf8_encodable(raw: Any) -> bool:

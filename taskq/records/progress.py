@@ -15,11 +15,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
-from pydantic_core import to_json
 
 from taskq.client import Client, ClientSource
+from taskq.errors import NonFiniteFloat
 from taskq.errors import ValidationError as TaskqValidationError
 from taskq.ids import safe_id
+from taskq.records.finite import finite_json
 from taskq.records.results import FINAL, ResultRecord, fetch, key_updates
 from taskq.retrying import retry_transient
 from taskq.topology.specs import progress_bucket
@@ -44,7 +45,9 @@ def checked(value: Any, message: str | None) -> tuple[float | dict[str, Any], st
         )
     if isinstance(value, dict):
         try:
-            to_json(value)
+            finite_json(value, what="progress")
+        except NonFiniteFloat as exc:  # stored, it would read back as None
+            raise TaskqValidationError(str(exc)) from None
         except Exception as exc:
             raise TaskqValidationError(f"progress dict is not JSON: {exc}") from None
     elif not (math.isfinite(value) and 0.0 <= value <= 1.0):

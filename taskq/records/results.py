@@ -98,16 +98,23 @@ def encoded(fields: dict[str, Any]) -> bytes:
     return to_json(full, fallback=repr)
 
 
-async def store(client: Client, task_id: str, record: ResultRecord) -> None:
-    """Write a task's record (acknowledged by the server)."""
+def run_key(run_id: str) -> str:
+    """Where a durable run's own record is kept: a key no task's id maps to (taskq.ids
+    reserves `w.`), so no task enqueued under the run's id can replace the run's result."""
+    return "w." + safe_id(run_id)
+
+
+async def store(client: Client, task_id: str, record: ResultRecord, key: str | None = None) -> None:
+    """Write a task's record (acknowledged by the server); `key`: a run's (run_key)."""
     # the fields as a dict directly: model_copy + model_dump cost more than the write itself
-    await store_encoded(client, task_id, encoded({name: getattr(record, name) for name in _FIELDS}))
+    body = encoded({name: getattr(record, name) for name in _FIELDS})
+    await store_encoded(client, task_id, body, key)
 
 
-async def store_encoded(client: Client, task_id: str, body: bytes) -> None:
+async def store_encoded(client: Client, task_id: str, body: bytes, key: str | None = None) -> None:
     """Write a record already `encoded` (acknowledged by the server, retried while transient);
     a record refused by a full store is skipped with a warning."""
-    key = safe_id(task_id)
+    key = key or safe_id(task_id)
     bucket = client.results.of(key)
     try:
         await retry_transient(
@@ -120,17 +127,22 @@ async def store_encoded(client: Client, task_id: str, body: bytes) -> None:
 
 
 async def fetch(source: ClientSource, task_id: str) -> ResultRecord | None:
-    """The task's record as it stands (None: no record yet)."""
+    """The task's record as it stands, else the durable run's of that id (None: neither
+    has a record yet)."""
     client = await source.client()
     await ensure_results(client)
-    return await _read(client, safe_id(task_id), anywhere=True)
+    found = await _read(client, safe_id(task_id), anywhere=True)
+    return found or await _read(client, run_key(task_id), anywhere=True)
 
 
-async def wait(source: ClientSource, task_id: str, timeout: float | None) -> ResultRecord:
-    """The task's final record (succeeded or dead), waiting up to `timeout` seconds."""
+async def wait(
+    source: ClientSource, task_id: str, timeout: float | None, key: str | None = None
+) -> ResultRecord:
+    """The task's final record (succeeded or dead), waiting up to `timeout` seconds;
+    `key`: a run's (run_key)."""
     client = await source.client()
     await ensure_results(client)
-    key = safe_id(task_id)
+    key = key or safe_id(task_id)
     async with key_updates(client, client.results.of(key), key) as updates:
         return await _final(client, key, task_id, updates, timeout)
 

@@ -35,6 +35,7 @@ class StreamSpec:
     # a subject at max_msgs_per_subject refuses new messages (instead of dropping its oldest)
     refuse_when_full: bool = False
     max_msg_size: int = -1  # bytes one message may have, at most (-1: the server's max)
+    max_bytes: int = -1  # bytes the stream holds, at most (-1: no bound of its own)
     atomic: bool = False  # atomic batch publishes (ADR-50): bulk enqueue, one fsync a batch
 
 
@@ -261,6 +262,8 @@ def flows_bucket(names: Names, settings: Settings) -> BucketSpec:
 
 JOURNAL_EVENTS = 20_000  # events in one durable run's journal, at most (decisions check)
 JOURNAL_EVENT_BYTES = 256 * 1024  # one journal event's JSON, at most
+# all of one run's journal events, at most: what a deciding worker holds of it in memory
+JOURNAL_BYTES = 32 * 1024 * 1024
 
 
 def workflows_stream(names: Names, settings: Settings) -> StreamSpec:
@@ -278,6 +281,7 @@ def workflows_stream(names: Names, settings: Settings) -> StreamSpec:
         max_msgs_per_subject=1,
         refuse_when_full=True,
         max_msg_size=2 * JOURNAL_EVENT_BYTES,  # room for sealing and headers
+        max_bytes=settings.workflows_max_bytes or -1,
     )
 
 

@@ -9,7 +9,9 @@ server (`Nats-Msg-Id` = the step's id): a redelivered step cannot enqueue its su
 * group: members run independently; the group handle gathers their results in order.
 * chord: each member, on success, stores its result in the FLOWS bucket under its own key
   with compare-and-set (create-only), then counts the chord's keys; whoever stores the last
-  one publishes the callback under the deterministic id `<chord id>.cb`. A member
+  one publishes the callback under the id `<chord id>.cb<digest>`. The keys and the id
+  hold digests of the chord's secret token (taskq.workflows.state.ChordState), so no
+  message naming the chord without its token can be counted as a member. A member
   redelivered after recording finds its key present and can only re-publish the same
   (deduplicated) callback, so the callback runs exactly once.
 A failed member or step marks the workflow's final task `dead` with that error, so waiters
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -41,6 +44,7 @@ from taskq.workflows.state import (
     GroupState,
     Step,
     WorkflowState,
+    chord_final,
 )
 
 __all__ = ["GroupHandle", "Signature", "advance", "chain", "chord", "ensure_flows", "group"]
@@ -116,13 +120,14 @@ class chord:
     callback: Signature
 
     async def enqueue(self) -> TaskHandle:
-        flow_id = new_id()
-        final = f"{flow_id}.cb"
+        flow_id, token = new_id(), secrets.token_hex(16)
+        final = chord_final(flow_id, token)
         flow = ChordState(
             id=flow_id,
             size=len(self.header.members),
             final=final,
             callback=step_of(self.callback),
+            token=token,
         )
         app = self.callback.task.app
         await ensure_flows(await app.client())
@@ -133,23 +138,30 @@ class chord:
 async def _publish_members(
     members: tuple[Signature, ...], flow_id: str, flow: GroupState | ChordState
 ) -> list[TaskHandle]:
-    """Publish every member, many in flight at once (each under its own fixed id)."""
+    """Publish every member, many in flight at once (each under its own fixed id), once
+    every member's message is known to encode: a member refused at the call (its
+    arguments) leaves none of the others published."""
+    staged = [
+        (m, _envelope(m, f"{flow_id}.{i}", flow.model_copy(update={"index": i})))
+        for i, m in enumerate(members)
+    ]
+    for _, envelope in staged:
+        envelope.encode()  # ArgumentsError here, before anything is sent
     handles: list[TaskHandle] = []
-    for start in range(0, len(members), 256):
-        batch = members[start : start + 256]
-        handles += await asyncio.gather(
-            *(
-                _publish(m, f"{flow_id}.{start + i}", flow.model_copy(update={"index": start + i}))
-                for i, m in enumerate(batch)
-            )
-        )
+    for start in range(0, len(staged), 256):
+        batch = staged[start : start + 256]
+        handles += await asyncio.gather(*(m.task.send(e, m.task.queue) for m, e in batch))
     return handles
 
 
-async def _publish(sig: Signature, task_id: str, flow: WorkflowState) -> TaskHandle:
+def _envelope(sig: Signature, task_id: str, flow: WorkflowState) -> Envelope:
     task = sig.task
     envelope = task.build_envelope(list(sig.args), dict(sig.kwargs), CallOptions(key=task_id))
-    return await task.send(replace(envelope, workflow=flow), task.queue)
+    return replace(envelope, workflow=flow)
+
+
+async def _publish(sig: Signature, task_id: str, flow: WorkflowState) -> TaskHandle:
+    return await sig.task.send(_envelope(sig, task_id, flow), sig.task.queue)
 
 
 # -- worker side ------------------------------------------------------------------------------
@@ -186,14 +198,15 @@ async def _record_member(client: Client, flow: ChordState, value: Any) -> None:
     the full count; a redelivered member can only re-publish the deduplicated callback."""
     kv, bucket = client.connection.kv, client.names.flows_bucket
     await ensure_flows(client)
-    await kv.create(bucket, f"{flow.id}.r.{flow.index}", to_json(value, fallback=repr))
-    if await kv.count(bucket, f"{flow.id}.r.*") >= flow.size:
+    await kv.create(bucket, f"{flow.members}.r.{flow.index}", to_json(value, fallback=repr))
+    if await kv.count(bucket, f"{flow.members}.r.*") >= flow.size:
         await _publish_callback(client, flow)
 
 
 async def _publish_callback(client: Client, flow: ChordState) -> None:
     kv, bucket = client.connection.kv, client.names.flows_bucket
-    found = await asyncio.gather(*(kv.get(bucket, f"{flow.id}.r.{i}") for i in range(flow.size)))
+    keys = [f"{flow.members}.r.{i}" for i in range(flow.size)]
+    found = await asyncio.gather(*(kv.get(bucket, key) for key in keys))
     results = [json.loads(item[0]) if item else None for item in found]
     callback = flow.callback
     envelope = Envelope(

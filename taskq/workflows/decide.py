@@ -13,34 +13,40 @@ after a crash (within the duplicate window) carries them out again safely.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 from taskq.client import Client
-from taskq.errors import ArgumentsError, PayloadTooLarge, TransientError, WorkflowTimeout
+from taskq.errors import (
+    ArgumentsError,
+    NonFiniteFloat,
+    PayloadTooLarge,
+    TransientError,
+    WorkflowTimeout,
+)
 from taskq.ids import safe_id
 from taskq.records.clock import format_epoch, now_iso, parse_time
 from taskq.records.envelope import Envelope
 from taskq.workflows import store
-from taskq.workflows.end import finish, mark_waiting
+from taskq.workflows.end import finish, home, mark_waiting
 from taskq.workflows.journal import (
     MAX_EVENTS,
+    MAX_JOURNAL_BYTES,
     WRITERS,
     Definition,
     Event,
-    child_id,
+    child_of,
     of_generation,
     retried,
     step_id,
 )
 from taskq.workflows.journal import Outcome as CodeOutcome
 from taskq.workflows.replay import Replayer
-from taskq.workflows.state import RunStepState
+from taskq.workflows.replayers import kept
+from taskq.workflows.state import SECRET, RunStepState, child_secret
 from taskq.workflows.steps import digest
 from taskq.workflows.store import MULTI_LAST
 from taskq.workflows.wake import SKEW, Trigger, start_run, trigger
@@ -48,39 +54,6 @@ from taskq.workflows.workflow import Workflow
 
 log = logging.getLogger("taskq.worker")
 CONFLICTS = 20  # rounds lost to a concurrent decision before this one gives up (retried)
-KEPT_RUNS = 1000  # replayers kept per worker process, most recently used first
-
-
-class Replayers:
-    """The replayers this worker process ran last, so a resumption replays only what is new;
-    and one lock per run, so this process decides on a run one decision at a time (the
-    next one then finds the replayer kept, and often nothing new)."""
-
-    def __init__(self) -> None:
-        self._kept: OrderedDict[str, Replayer] = OrderedDict()
-        self._locks: dict[str, asyncio.Lock] = {}
-
-    def lock(self, run_id: str) -> asyncio.Lock:
-        found = self._locks.get(run_id)
-        if found is None:
-            found = self._locks[run_id] = asyncio.Lock()
-        return found
-
-    def unlock(self, run_id: str, lock: asyncio.Lock) -> None:
-        if not lock.locked() and not lock._waiters:
-            self._locks.pop(run_id, None)
-
-    def take(self, run_id: str) -> Replayer | None:
-        return self._kept.pop(run_id, None)
-
-    def keep(self, replayer: Replayer) -> None:
-        self._kept[replayer.run_id] = replayer
-        while len(self._kept) > KEPT_RUNS:
-            _, oldest = self._kept.popitem(last=False)
-            oldest.close()
-
-
-KEPT = Replayers()
 
 
 @dataclass(frozen=True)
@@ -99,14 +72,10 @@ async def decide(
     await store.ensure_workflows(client)
     redelivered = attempt.number > 1
     timer = Fired(fired, f"{safe_id(attempt.id)}.fired") if fired >= 0 else None
-    lock = KEPT.lock(run_id)
-    try:
-        async with lock:
-            for _ in range(CONFLICTS):
-                if await _decide_once(client, definition, run_id, redelivered, timer):
-                    return
-    finally:
-        KEPT.unlock(run_id, lock)
+    async with kept(client).deciding(run_id):
+        for _ in range(CONFLICTS):
+            if await _decide_once(client, definition, run_id, redelivered, timer):
+                return
     raise TransientError(f"workflow run {run_id}: {CONFLICTS} decisions in a row lost the race")
 
 
@@ -136,7 +105,7 @@ async def _decide_once(
     if round_ is None:
         if redelivered:  # its decision may have died before carrying its round out
             await _carry_out_again(client, definition, run_id, replayer)
-        KEPT.keep(replayer)
+        kept(client).keep(replayer)
         return True
     recorded = await _record(client, run_id, round_, replayer)
     if recorded is None:
@@ -146,7 +115,7 @@ async def _decide_once(
     if redelivered or retrying:  # the crash may have come before earlier rounds' were sent
         commands = _unresolved(replayer)
     await _carry_out(client, definition, run_id, round_, replayer, commands)
-    KEPT.keep(replayer)  # the next decision here replays only what is new
+    kept(client).keep(replayer)  # the next decision here replays only what is new
     return True
 
 
@@ -157,7 +126,8 @@ async def _record(
     the replayer then knows it as its own."""
     try:
         recorded = await store.record_round(client, run_id, round_, replayer.written)
-    except PayloadTooLarge as exc:  # one command alone is too large: the run cannot go on
+    except (PayloadTooLarge, NonFiniteFloat, store.Unjournalable) as exc:
+        # a command or the run's end the journal cannot hold: the run cannot go on
         round_.details.update(commands=[], end={"state": "failed", "error": _error(exc)})
         seq = await store.append_after(client, run_id, round_, replayer.written)
         recorded = None if seq is None else store.Recorded(seq, [])
@@ -197,7 +167,7 @@ async def _load(
     """The run's replayer (kept, or made) and the events it has not seen yet, as replay
     sees them after any retry (its last workers' event counts all the same: a round is
     appended after it)."""
-    replayer = KEPT.take(run_id)
+    replayer = kept(client).take(run_id)
     raw = await store.read(
         client, run_id, after=replayer.seen if replayer else 0, long=_long(replayer)
     )
@@ -219,14 +189,12 @@ async def _load(
 
 
 def _deadline(definition: Definition, events: list[Event]) -> float | None:
-    """When the run times out: its workflow's timeout after its start or its last retry."""
+    """When the run times out: its workflow's timeout after its start or its last retry,
+    as the server stored them (a start's own `at` is the producer's word)."""
     if not definition.timeout:
         return None
-    began = [e.details.get("at") for e in events if e.kind in ("start", "retry")]
-    try:
-        return parse_time(str(began[-1])).timestamp() + definition.timeout
-    except (IndexError, ValueError):  # a start without its time: counted from now
-        return time.time() + definition.timeout
+    began = [e.stored_at for e in events if e.kind in ("start", "retry") and e.stored_at]
+    return (began[-1] if began else time.time()) + definition.timeout
 
 
 def _long(replayer: Replayer | None) -> bool:
@@ -277,7 +245,10 @@ def _start(definition: Definition, run_id: str, events: list[Event]) -> Replayer
     start = events[0].details
     if start.get("workflow") != definition.name:
         return None
-    replayer = Replayer(run_id, started_at=str(start.get("at", "")))
+    stored = events[0].stored_at  # the server's time, not a field the producer wrote
+    replayer = Replayer(run_id, started_at=format_epoch(stored) if stored else now_iso())
+    secret = start.get("secret")
+    replayer.secret = secret if isinstance(secret, str) and SECRET.fullmatch(secret) else None
     parent = start.get("parent")
     if isinstance(parent, dict):
         replayer.parent, replayer.parent_step = str(parent.get("id")), parent
@@ -303,13 +274,11 @@ def _round(replayer: Replayer, force: bool = False) -> Event | None:
     if end is None and late:
         timeout = WorkflowTimeout(replayer.run_id, replayer.timeout or 0.0)
         end = {"state": "failed", "error": _error(timeout)}
-    events = len(replayer.visible) + len(replayer.made)
+    events = len(replayer.visible) + len(replayer.made) + replayer.junk
     if end is None and _full(replayer, events):  # its commands are not recorded: it holds
         made = []
-        end = {
-            "state": "failed",
-            "error": _error(store.JournalFull(replayer.run_id, events, MAX_EVENTS)),
-        }
+        full = store.JournalFull(replayer.run_id, events, MAX_EVENTS, replayer.size)
+        end = {"state": "failed", "error": _error(full)}
     if not made and end is None and not force:
         return None
     details: dict[str, Any] = {
@@ -323,17 +292,22 @@ def _round(replayer: Replayer, force: bool = False) -> Event | None:
 
 
 def _full(replayer: Replayer, events: int) -> bool:
-    """Whether this round would take the run's journal past its limit; warns once at 80%."""
-    if events > 0.8 * MAX_EVENTS and not replayer.warned:
+    """Whether this round would take the run's journal past a limit (its events, or its
+    bytes); warns once at 80%."""
+    near = events > 0.8 * MAX_EVENTS or replayer.size > 0.8 * MAX_JOURNAL_BYTES
+    if near and not replayer.warned:
         replayer.warned = True
         log.warning(
-            "workflow run %s has %d journal events, the limit is %d: past it the run fails "
-            "with JournalFull (split the work into child workflows or wf.map)",
+            "workflow run %s has %d journal events of %d bytes, the limits are %d and %d: "
+            "past one the run fails with JournalFull (split the work into child workflows "
+            "or wf.map)",
             replayer.run_id,
             events,
+            replayer.size,
             MAX_EVENTS,
+            MAX_JOURNAL_BYTES,
         )
-    return events > MAX_EVENTS
+    return events > MAX_EVENTS or replayer.size > MAX_JOURNAL_BYTES
 
 
 def _end(replayer: Replayer, cancelled: bool) -> dict[str, Any] | None:
@@ -364,7 +338,7 @@ async def _carry_out(
 ) -> None:
     """Publish the round's steps and timers (`commands`: for a redelivered decision, those
     of any recent round still unresolved too), then the run's end or its waiting state."""
-    here = RunStepState(id=run_id, n=0, workflow=definition.name, queue=definition.queue)
+    here = home(definition, run_id, replayer)
     for command in commands:
         await _command(client, here, command, replayer.retries)
     end = round_.details.get("end")
@@ -389,11 +363,13 @@ async def _command(client: Client, here: RunStepState, command: Event, retries: 
             enqueued_at=now_iso(),
             workflow=here.model_copy(update={"n": n, "at": command.seq}),
         )
+        # the call's digest, and one of the run's secret: its id cannot be taken first
         called = digest(step.task, step.args, step.kwargs)
-        await client.publish_envelope(step, str(details["queue"]), msg_id=f"{step.id}.{called}")
+        msg_id = f"{step.id}.{called}.{here.digest(called)}"
+        await client.publish_envelope(step, str(details["queue"]), msg_id=msg_id)
     elif command.kind in ("sleep", "wait") and details.get("until"):
         why = f"t{n}" + (f"r{retries}" if retries else "")  # a retried run's timers anew
         await trigger(client, here, Trigger(why, str(details["until"]), n))
     elif command.kind == "child":
-        parent = here.model_copy(update={"n": n})
-        await start_run(client, child_id(here.id, n, retries), details, parent)
+        parent, child = here.model_copy(update={"n": n}), child_of(here.id, command, retries)
+        await start_run(client, child, details, parent, child_secret(here.tag, child))

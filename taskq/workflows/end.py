@@ -6,6 +6,7 @@ and the cancelling of what it left running."""
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from typing import Any
 
@@ -13,17 +14,24 @@ from taskq.client import Client
 from taskq.ids import safe_id
 from taskq.records.cancels import request as request_cancel
 from taskq.records.clock import format_epoch, parse_time
-from taskq.records.results import ResultRecord
+from taskq.records.results import ResultRecord, run_key
 from taskq.records.results import store as store_result
 from taskq.workflows import store
-from taskq.workflows.journal import Definition, Event, child_id, retried, step_id
+from taskq.workflows.journal import Definition, Event, child_of, retried, step_id
 from taskq.workflows.replay import Replayer
-from taskq.workflows.state import RunStepState
+from taskq.workflows.state import RunStepState, child_secret
 from taskq.workflows.wake import SKEW, Trigger, trigger
 
 log = logging.getLogger("taskq.worker")
 WAITED = frozenset({"run", "child", "sleep", "wait"})  # commands a run waits on
 RECORDED = {"succeeded": "succeeded", "failed": "dead", "cancelled": "cancelled"}
+
+
+def home(definition: Definition, run_id: str, replayer: Replayer) -> RunStepState:
+    """Where the run's decisions go, with its secret (the ids of what they publish)."""
+    return RunStepState(
+        id=run_id, n=0, workflow=definition.name, queue=definition.queue, tag=replayer.secret
+    )
 
 
 async def mark_waiting(
@@ -69,10 +77,10 @@ async def finish(
     )
     message = error.get("message") if isinstance(error, dict) else None
     await _summary(client, definition, replayer, state, message)  # final before the result
-    await store_result(client, run_id, record)
+    await store_result(client, run_id, record, run_key(run_id))
     await _cancel_unfinished(client, run_id, replayer)
     await _wake_parent(client, run_id, state, end, replayer.parent_step)
-    here = RunStepState(id=run_id, n=0, workflow=definition.name, queue=definition.queue)
+    here = home(definition, run_id, replayer)
     expires = format_epoch(time.time() + client.settings.results_ttl)
     await trigger(client, here, Trigger(f"x{replayer.retries}", expires, expire=True))
 
@@ -100,11 +108,16 @@ async def _cancel_unfinished(client: Client, run_id: str, replayer: Replayer) ->
         if command.kind == "run":
             await request_cancel(client, step_id(run_id, command.n, replayer.retries))
         elif command.kind == "child":
-            child = child_id(run_id, command.n, replayer.retries)
+            child = child_of(run_id, command, replayer.retries)
             details = command.details
-            await store.append(client, child, Event.make("cancel"), f"{child}.cancel")
+            # a random subject, as every cancel's: one anyone can compute can be taken first
+            await store.append(client, child, Event.make("cancel"), secrets.token_hex(16))
             here = RunStepState(
-                id=child, n=0, workflow=str(details["workflow"]), queue=str(details["queue"])
+                id=child,
+                n=0,
+                workflow=str(details["workflow"]),
+                queue=str(details["queue"]),
+                tag=child_secret(replayer.secret, child) if replayer.secret else None,
             )
             await trigger(client, here, Trigger("cancel"))
 
@@ -149,11 +162,12 @@ async def _wake_parent(
     except ValueError:  # a producer's start may name anything
         log.warning("run %s names a parent that is no run step: left alone", run_id)
         return
-    if not await _is_child_of(client, run, run_id):
+    generation = await _is_child_of(client, run, run_id)
+    if generation is None:
         log.warning("run %s names %s as its parent, which started no such child", run_id, run.id)
         return  # a forged start (producers may start runs): the parent is not touched
     ok = state == "succeeded"
-    details: dict[str, Any] = {"id": run_id, "ok": ok}
+    details: dict[str, Any] = {"id": run_id, "ok": ok, "gen": generation}
     if ok:
         details["value"] = end.get("value")
     else:
@@ -163,11 +177,15 @@ async def _wake_parent(
     await trigger(client, run, Trigger(f"s{seq}"))
 
 
-async def _is_child_of(client: Client, parent: RunStepState, run_id: str) -> bool:
-    """Whether `parent`'s journal started `run_id` as its child `parent.n`."""
+async def _is_child_of(client: Client, parent: RunStepState, run_id: str) -> int | None:
+    """The generation (retries of `parent`) in which its journal started `run_id` as its
+    child `parent.n`; None when it never did."""
     events, retries = retried(parent.id, await store.read(client, parent.id))
     for event in events:
         for command in event.details.get("commands", []) if event.kind == "decided" else []:
             if command.kind == "child" and command.n == parent.n:
-                return any(child_id(parent.id, parent.n, k) == run_id for k in range(retries + 1))
-    return False
+                return next(
+                    (k for k in range(retries + 1) if child_of(parent.id, command, k) == run_id),
+                    None,
+                )
+    return None

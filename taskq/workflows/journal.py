@@ -13,13 +13,14 @@ Events, in the order the server stored them:
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from taskq.arguments import ArgsValidator
 from taskq.errors import DecodeError, TaskCancelled, TaskFailed
-from taskq.topology.specs import JOURNAL_EVENT_BYTES, JOURNAL_EVENTS
+from taskq.topology.specs import JOURNAL_BYTES, JOURNAL_EVENT_BYTES, JOURNAL_EVENTS
 
 # the events whose arrival can unblock the code (the rest are the code's own record)
 RESOLVING = frozenset({"done", "fired", "signal", "cancel"})
@@ -38,9 +39,18 @@ WRITERS = {
     "done": "w",
     "fired": "w",
 }
-# events in one run's journal, and one event's JSON (a step's result included), at most
-# (docs/workflows.md; the stream's own bounds are set beside them)
-MAX_EVENTS, MAX_EVENT_BYTES = JOURNAL_EVENTS, JOURNAL_EVENT_BYTES
+# events in one run's journal, one event's JSON (a step's result included), and all its
+# events' bytes, at most (docs/workflows.md; the stream's own bounds are set beside them)
+MAX_EVENTS, MAX_EVENT_BYTES, MAX_JOURNAL_BYTES = (
+    JOURNAL_EVENTS,
+    JOURNAL_EVENT_BYTES,
+    JOURNAL_BYTES,
+)
+# a message of a run's journal that is no event (undecodable, too large, of a kind its
+# subject does not hold: a forgery by a role that may write there): it answers nothing,
+# but counts toward the journal's bounds, so junk can fail a run, never hide its events
+JUNK = "junk"
+MAX_RUN_ID = 64  # a run id (a child's included) at most; longer child ids are digests
 
 
 class Definition(Protocol):
@@ -62,6 +72,8 @@ class Event:
     details: dict[str, Any] = field(default_factory=dict)
     seq: int = 0  # where the server stored it (0: not stored yet)
     writer: str = ""  # the journal subject it came from (WRITERS)
+    size: int = 0  # its stored bytes (counted toward the journal's byte bound)
+    stored_at: float = 0.0  # when the server stored it (epoch seconds; 0: not known)
 
     @classmethod
     def make(cls, kind: str, n: int = -1, **details: Any) -> Event:
@@ -87,7 +99,9 @@ class Event:
         return body
 
 
-def decode(data: dict[str, Any], seq: int, writer: str = "") -> Event:
+def decode(
+    data: dict[str, Any], seq: int, writer: str = "", size: int = 0, stored_at: float = 0.0
+) -> Event:
     """An event from its stored JSON object (on the `writer` subject: the kind must be
     one that subject holds); DecodeError for anything else."""
     kind, n = data.get("e"), data.get("n", -1)
@@ -101,7 +115,7 @@ def decode(data: dict[str, Any], seq: int, writer: str = "") -> Event:
         details["commands"] = [decode(c, seq) for c in commands]
     if writer and WRITERS.get(kind) != writer:
         raise DecodeError(f"journal event {seq}: a {kind[:20]!r} event is not written there")
-    return Event(kind, n, details, seq, writer)
+    return Event(kind, n, details, seq, writer, size, stored_at)
 
 
 def command_matches(recorded: Event, made: Event) -> bool:
@@ -237,9 +251,12 @@ def _voided(event: Event, cut: int, kept_n: int) -> bool:
 
 
 def of_generation(run_id: str, event: Event, retries: int) -> bool:
-    """Whether an outcome appended after retry `retries` is of its generation."""
+    """Whether an outcome appended after retry `retries` is of its generation (a child's
+    end says its generation, `gen`: a child's id holds its command's nonce)."""
     if event.kind != "done":
         return True
+    if "gen" in event.details:
+        return bool(event.details["gen"] == retries)
     return str(event.details.get("id", "")) in (
         step_id(run_id, event.n, retries),
         child_id(run_id, event.n, retries),
@@ -251,9 +268,19 @@ def step_id(run_id: str, n: int, retries: int = 0) -> str:
     return f"{run_id}.{n}" + (f"r{retries}" if retries else "")
 
 
-def child_id(run_id: str, n: int, retries: int = 0) -> str:
-    """The run id of child `n` (started after `retries` retries of the run)."""
-    return f"{run_id}-c{n}" + (f"r{retries}" if retries else "")
+def child_id(run_id: str, n: int, retries: int = 0, nonce: str = "") -> str:
+    """The run id of child `n` (started after `retries` retries of the run): with its
+    command's `nonce` (random, journaled with the command), nobody can start a run under
+    it before the parent does; a digest of it where it is longer than MAX_RUN_ID."""
+    plain = f"{run_id}-c{n}" + (f"r{retries}" if retries else "") + (f"-{nonce}" if nonce else "")
+    if len(plain) <= MAX_RUN_ID:
+        return plain
+    return "c" + hashlib.sha256(plain.encode()).hexdigest()[:40]
+
+
+def child_of(run_id: str, command: Event, retries: int = 0) -> str:
+    """The run id of the child a `child` command starts."""
+    return child_id(run_id, command.n, retries, str(command.details.get("nonce", "")))
 
 
 def assemble(events: list[Event]) -> list[Event]:
@@ -276,4 +303,5 @@ def joined(head: Event, chunks: dict[int, list[Event]]) -> Event:
     named = [int(seq) for seq in head.details.get("chunks", [])]
     commands = [*head.details.get("commands", []), *(c for s in named for c in chunks.get(s, []))]
     details = {k: v for k, v in head.details.items() if k != "chunks"}
-    return Event(head.kind, head.n, {**details, "commands": commands}, head.seq, head.writer)
+    whole = {**details, "commands": commands}
+    return Event(head.kind, head.n, whole, head.seq, head.writer, head.size, head.stored_at)

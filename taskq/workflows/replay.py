@@ -21,6 +21,7 @@ from typing import Any
 from taskq.errors import TaskqError
 from taskq.workflows.journal import (
     ANSWERED_BY,
+    JUNK,
     RESOLVING,
     Event,
     Outcome,
@@ -127,10 +128,13 @@ class Replayer:
     started_at: str = ""  # when the run started, and its parent run (for its summary)
     parent: str | None = None
     parent_step: dict[str, Any] | None = None  # the start's pointer to the parent's command
+    secret: str | None = None  # the run's secret, from its start (None: an earlier taskq's)
     timeout: float | None = None  # the workflow's timeout in seconds (None: none)...
     deadline: float | None = None  # ...as the time.time() the run times out
     deadline_set: bool = False  # its wake-up at the deadline is published
     warned: bool = False  # its journal's size was warned about (80% of the limit)
+    junk: int = 0  # journal messages that are no event (they count toward its bounds)
+    size: int = 0  # the bytes of every journal message fed (MAX_JOURNAL_BYTES bounds it)
 
     # -- what the code's `wf` calls ----------------------------------------------------------
     def issue(self, kind: str, **details: Any) -> Event:
@@ -167,6 +171,8 @@ class Replayer:
         self._chunks.update(
             (e.seq, e.details.get("commands", [])) for e in events if e.kind == "chunk"
         )
+        self.junk += sum(1 for e in events if e.kind == JUNK)
+        self.size += sum(e.size for e in events)
         for event in events:
             if event.kind == "decided" and event.seq in self.own:
                 continue  # recorded by this replayer: its commands are made already

@@ -14,13 +14,14 @@ from taskq.arguments import ArgsValidator
 from taskq.errors import ConfigError
 from taskq.handle import HandleSource
 from taskq.ids import new_id
-from taskq.records.results import wait
+from taskq.records.results import run_key, wait
 from taskq.workflows import store
 from taskq.workflows.decide import Attempt, decide
 from taskq.workflows.end import expire_run
 from taskq.workflows.state import RunStepState
 from taskq.workflows.views import cancel_run, retry_run, send_signal
 from taskq.workflows.wake import start_run
+from taskq.workflows.workflow import journalable
 
 
 class AppLike(HandleSource, Protocol):
@@ -94,7 +95,9 @@ class WorkflowCall:
     async def start(self, *args: Any, **kwargs: Any) -> WorkflowRun:
         """Start a run (or find the one already started under this key)."""
         definition = self.definition
-        wire_args, wire_kwargs = definition.validator.for_wire(args, kwargs)
+        wire_args, wire_kwargs = journalable(
+            definition.name, *definition.validator.for_wire(args, kwargs)
+        )
         run_id = _run_id(self.key)
         client = await definition.app.client()
         call = {
@@ -139,7 +142,8 @@ class WorkflowRun:
     async def result(self, timeout: float | None = None) -> Any:
         """The workflow's return value once it succeeded; raises TaskFailed if it failed,
         TaskCancelled if it was cancelled, ResultTimeout if nothing final comes in time."""
-        record = await wait(self.app, self.id, timeout)  # the run's own record (end.py)
+        # the run's own record (end.py), where no task's record can be
+        record = await wait(self.app, self.id, timeout, run_key(self.id))
         record.raise_if_failed(self.id)
         return record.result
 

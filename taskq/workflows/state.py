@@ -8,6 +8,9 @@ error (dead-lettered as `undecodable`) rather than a KeyError deep inside the wo
 
 from __future__ import annotations
 
+import hashlib
+import re
+import secrets
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -27,10 +30,12 @@ MAX_MEMBERS = 100_000  # a group's or chord's members, a chain's steps: bounded 
 # Ids a workflow makes (`<flow id>`, `<flow id>.<n>`, `<flow id>.cb`): its bookkeeping keys
 # and subjects are built from them, so a message may carry nothing else there.
 WorkflowId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
-StepId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}\.[a-z0-9]{1,8}$")]
+StepId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}\.[a-z0-9]{1,24}$")]
 TaskName = Annotated[str, AfterValidator(check_task)]
 QueueName = Annotated[str, AfterValidator(check_queue)]
 Count = Annotated[int, Field(ge=0, le=MAX_MEMBERS)]
+SECRET = re.compile(r"[0-9a-f]{32}")  # a run's or chord's secret: 128 random bits
+Secret = Annotated[str, StringConstraints(pattern=rf"^{SECRET.pattern}$")]
 
 
 class Step(BaseModel):
@@ -74,7 +79,12 @@ class GroupState(BaseModel):
 
 
 class ChordState(BaseModel):
-    """A member of a chord's header: the last of `size` members publishes `callback`."""
+    """A member of a chord's header: the last of `size` members publishes `callback`.
+
+    `token` is the chord's secret (random, carried only in its members' messages, which
+    producers cannot read): its members' results are stored under a digest of it and its
+    callback's id holds another, so a message naming the chord's id without its token
+    (anyone can list chord ids) is a chord of its own, never a member of this one."""
 
     model_config = _FROZEN
 
@@ -84,12 +94,29 @@ class ChordState(BaseModel):
     final: StepId  # the callback's id
     callback: Step
     index: Count | None = None
+    token: Secret | None = None
 
     @model_validator(mode="after")
     def _member_of_it(self) -> ChordState:
         if self.index is not None and self.index >= self.size:
             raise ValueError(f"member {self.index} of a chord of {self.size}")
+        if self.token is not None and self.final != chord_final(self.id, self.token):
+            raise ValueError("a chord's callback id is not the one its token gives")
         return self
+
+    @property
+    def members(self) -> str:
+        """Where its members' results are kept in the flows bucket (`<members>.r.<i>`)."""
+        return self.id if self.token is None else f"{self.id}.{_digest('members', self.token)}"
+
+
+def chord_final(flow_id: str, token: str) -> str:
+    """A chord's callback id: `<chord id>.cb<digest of its token>` (unguessable)."""
+    return f"{flow_id}.cb{_digest('callback', token)}"
+
+
+def _digest(what: str, token: str) -> str:
+    return hashlib.sha256(f"{what}:{token}".encode()).hexdigest()[:16]
 
 
 class CallbackState(BaseModel):
@@ -115,6 +142,21 @@ class RunStepState(BaseModel):
     # the journal message (its round, or a chunk of it) that holds command `n`: a worker
     # checks the step against it before running it (taskq.workflows.steps)
     at: Annotated[int, Field(ge=0)] = 0
+    # the run's secret (its start's, which only workers read): the ids of the messages its
+    # workers publish for it (its decisions, its steps) hold digests of it, so no one can
+    # take such an id first and have the server drop the real message as a duplicate
+    tag: Secret | None = None
+
+    def digest(self, what: str) -> str:
+        """An id part for `what`: a digest of the run's secret, or random without one."""
+        return _digest(what, self.tag) if self.tag else secrets.token_hex(8)
+
+
+def child_secret(secret: str | None, child_id: str) -> str:
+    """A child run's secret: its parent's decisions know it (they cancel it)."""
+    if secret is None:
+        return secrets.token_hex(16)
+    return hashlib.sha256(f"child:{secret}:{child_id}".encode()).hexdigest()[:32]
 
 
 WorkflowState = Annotated[

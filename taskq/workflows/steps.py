@@ -11,19 +11,23 @@ different message: it cannot shadow the real step by JetStream's deduplication.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import re
 from collections import OrderedDict
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from pydantic_core import to_json
 
 from taskq.client import Client
-from taskq.errors import DecodeError
+from taskq.errors import DecodeError, NonFiniteFloat, StorageFull, TransientError
 from taskq.ids import safe_id
 from taskq.policy import Ack, Cancel, Dead, Decision, Failure, Outcome, Success
 from taskq.records.envelope import Envelope
+from taskq.retrying import retry_transient
 from taskq.workflows import store
 from taskq.workflows.journal import Event
 from taskq.workflows.state import RunStepState
@@ -31,6 +35,9 @@ from taskq.workflows.wake import Trigger, trigger
 
 log = logging.getLogger("taskq.worker")
 KEPT_ROUNDS = 64  # journal messages kept decoded per process (a gather's steps share one)
+# seconds a step's outcome waits for a store that refuses it (full, or not answering)
+# before the step is handed back (run again): a full store is an operator's to free
+STORAGE_PATIENCE = 600.0
 _kept: OrderedDict[tuple[str, int], list[Event]] = OrderedDict()
 
 
@@ -61,22 +68,31 @@ async def is_bound(client: Client, envelope: Envelope) -> bool:
 
 async def ended_already(client: Client, envelope: Envelope) -> bool:
     """Whether the run's journal holds this step's outcome already: its worker died after
-    writing it, before the ack. Asked of a redelivered step only (a read of the journal)."""
+    writing it, before the ack, or a restarted server that had not yet stored the ack
+    delivers the step as new (as a first delivery: so this is asked of every one). One
+    direct get of the outcome's own subject. When it is there, the run's next decision is
+    published again (deduplicated): the worker that wrote it may have died before."""
     run = envelope.workflow
     assert isinstance(run, RunStepState)
-    return any(
-        event.kind == "done" and event.n == run.n and event.details.get("id") == envelope.id
-        for event in await store.read(client, run.id)
-    )
+    seq = await store.find(client, run.id, "done", _outcome_id(envelope))
+    if seq is None:
+        return False
+    await trigger(client, run, Trigger(f"s{seq}"))
+    return True
+
+
+def _outcome_id(envelope: Envelope) -> str:
+    """The message id of a step's outcome in its run's journal (its subject's digest)."""
+    return f"{safe_id(envelope.id)}.done"
 
 
 async def _commands_at(client: Client, run: RunStepState) -> list[Event]:
     """The commands of the round or chunk stored at `run.at` on the run's own journal
     (empty when nothing a worker wrote is there)."""
-    key = (run.id, run.at)
-    found = _kept.get(key)
+    key, rounds = (run.id, run.at), _rounds(client)
+    found = rounds.get(key)
     if found is not None:
-        _kept.move_to_end(key)
+        rounds.move_to_end(key)
         return found
     names = client.names
     # read by sequence alone: a filtered read from a sequence another run (or no run) holds
@@ -91,28 +107,84 @@ async def _commands_at(client: Client, run: RunStepState) -> list[Event]:
             event = None
         if event is not None and event.kind in ("decided", "chunk"):
             commands = list(event.details.get("commands", []))
-    _kept[key] = commands
-    while len(_kept) > KEPT_ROUNDS:
-        _kept.popitem(last=False)
+    rounds[key] = commands
+    while len(rounds) > KEPT_ROUNDS:
+        rounds.popitem(last=False)
     return commands
 
 
+def _rounds(client: Client) -> OrderedDict[tuple[str, int], list[Event]]:
+    """The rounds this client read last, decoded (the client's: never process-wide)."""
+    found = client.kept.get("rounds")
+    if not isinstance(found, OrderedDict):
+        found = client.kept["rounds"] = OrderedDict()
+    return found
+
+
 async def step_ended(
-    client: Client, envelope: Envelope, decision: Decision, outcome: Outcome | None
+    client: Client,
+    envelope: Envelope,
+    decision: Decision,
+    outcome: Outcome | None,
+    lease: Callable[[], AbstractAsyncContextManager[None]] | None = None,
 ) -> None:
     """A step of a run settled for good (before its ack): its outcome into the run's
     journal, then the run's next decision (both deduplicated: a redelivered step repeats
-    nothing)."""
+    nothing). A store that refuses them (full, or not answering) is waited out for up to
+    STORAGE_PATIENCE seconds, the step's `lease` kept meanwhile: storage pressure must
+    not run a completed step again, nor spend its attempts."""
     run = envelope.workflow
     if not isinstance(run, RunStepState):
         return
     event = _step_event(envelope, decision, outcome)
     if event is None:
         return  # a retry: the step is not over
-    await store.ensure_workflows(client)
-    seq = await store.append(client, run.id, event, f"{safe_id(envelope.id)}.done")
-    await trigger(client, run, Trigger(f"s{seq}"))  # once per outcome (a retry's too)
+    try:
+        store.encoded(event)
+    except (store.Unjournalable, NonFiniteFloat) as exc:  # it cannot be read back: failed
+        event = _unjournalable(envelope, exc)
+    seq = await _journaled(client, run, event, _outcome_id(envelope), lease)
     log.debug("step %s of run %s ended (journal %d)", run.n, run.id, seq)
+
+
+async def _journaled(
+    client: Client,
+    run: RunStepState,
+    event: Event,
+    msg_id: str,
+    lease: Callable[[], AbstractAsyncContextManager[None]] | None,
+) -> int:
+    """Append a step's outcome and wake its run; while the store refuses, wait (the
+    step's lease kept), STORAGE_PATIENCE seconds at most. Its journal sequence."""
+
+    async def record() -> int:
+        await store.ensure_workflows(client)
+        seq = await store.append(client, run.id, event, msg_id)
+        await trigger(client, run, Trigger(f"s{seq}"))  # once per outcome (a retry's too)
+        return seq
+
+    try:
+        return await record()
+    except (StorageFull, TransientError) as exc:
+        log.warning("step %s of run %s: its outcome waits for the store (%s)", run.n, run.id, exc)
+    async with lease() if lease is not None else contextlib.nullcontext():
+        return await retry_transient(
+            record,
+            deadline=STORAGE_PATIENCE,
+            what=f"step {run.n} of run {run.id}: its outcome",
+            level=logging.DEBUG,
+            also=(StorageFull,),
+        )
+
+
+def _unjournalable(envelope: Envelope, exc: Exception) -> Event:
+    """A failed outcome for a step whose own could not be journaled."""
+    run = envelope.workflow
+    assert isinstance(run, RunStepState)
+    info = {"type": type(exc).__name__, "message": str(exc), "traceback": ""}
+    return Event.make(
+        "done", run.n, id=envelope.id, ok=False, state="dead", reason="permanent", error=info
+    )
 
 
 def _step_event(envelope: Envelope, decision: Decision, outcome: Outcome | None) -> Event | None:

@@ -5,19 +5,19 @@ compare-and-set) and its summary (a key of the `<PREFIX>_RUNS` bucket, for listi
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
-from pydantic_core import to_json
+from pydantic_core import from_json, to_json
 
 from taskq.client import Client
 from taskq.errors import (
     BrokerError,
     DecodeError,
+    NonFiniteFloat,
     NotFound,
     PayloadTooLarge,
     TaskqError,
@@ -27,8 +27,17 @@ from taskq.ids import new_id, safe_id
 from taskq.nats import MULTI_LAST as MULTI_LAST
 from taskq.nats import StoredMessage
 from taskq.records.clock import now_iso
+from taskq.records.finite import finite_json
 from taskq.topology.specs import runs_bucket, workflows_stream
-from taskq.workflows.journal import MAX_EVENT_BYTES, MAX_EVENTS, WRITERS, Event, decode
+from taskq.workflows.journal import (
+    JUNK,
+    MAX_EVENT_BYTES,
+    MAX_EVENTS,
+    MAX_JOURNAL_BYTES,
+    WRITERS,
+    Event,
+    decode,
+)
 
 log = logging.getLogger("taskq.worker")
 STATES = ("running", "sleeping", "waiting", "succeeded", "failed", "cancelled")
@@ -37,15 +46,19 @@ SUMMARY_TRIES = 20
 
 
 class JournalFull(TaskqError):
-    """A run's journal reached its limit (`MAX_EVENTS` events): the run fails with this."""
+    """A run's journal reached a limit (`MAX_EVENTS` events or `MAX_JOURNAL_BYTES` bytes,
+    junk a role wrote on its subjects counted): the run fails with this."""
 
-    def __init__(self, run_id: str, events: int, limit: int = MAX_EVENTS) -> None:
+    def __init__(self, run_id: str, events: int, limit: int = MAX_EVENTS, size: int = 0) -> None:
         self.run_id = run_id
         self.events = events
         self.limit = limit
+        self.size = size
+        self.size_limit = MAX_JOURNAL_BYTES
         super().__init__(
-            f"workflow run {run_id} would have {events} journal events, the limit is {limit}: "
-            "split the work into child workflows (wf.child) or batch steps (wf.map)"
+            f"workflow run {run_id} would have {events} journal events of {size:,} bytes, the "
+            f"limits are {limit} events and {MAX_JOURNAL_BYTES:,} bytes: split the work into "
+            "child workflows (wf.child) or batch steps (wf.map)"
         )
 
 
@@ -87,32 +100,52 @@ async def ensure_workflows(client: Client) -> None:
 
 
 async def read(client: Client, run_id: str, after: int = 0, long: bool = False) -> list[Event]:
-    """The run's journal events stored after sequence `after`, oldest first. An event
-    that is not one (undecodable, or of a kind its subject does not hold: a forgery by a
-    role that may write there) is left out, with a warning: it cannot stop the run.
+    """The run's journal events stored after sequence `after`, oldest first, from its
+    start on (what a role wrote on the run's subjects before its start is no part of it).
+    A message that is no event (undecodable, too large, of a kind its subject does not
+    hold: a forgery by a role that may write there) is a JUNK event: it answers nothing,
+    but counts toward the journal's bounds; one warning per read names how many.
 
     Each event has a subject of its own, so one `multi_last` direct get finds them all by
     the server's subject index (a filtered read scans every message of the stream between
     the run's events: with many runs at once, that is most of its cost); a journal of more
     events than one such get answers is read in stream order from its start (at once when
-    the caller knows it is `long`)."""
+    the caller knows it is `long`), up to its bounds."""
     names, messages = client.names, client.connection.messages
     within = names.journal_filter(safe_id(run_id))
     stored = None if long else await messages.lasts(names.workflows_stream, within, after)
     if stored is None:
         stored = await _scanned(client, run_id, after)
-    found: list[Event] = []
-    for message in stored:
-        try:
-            found.append(decoded(message.data, message.seq, message.subject))
-        except DecodeError as exc:
-            log.warning("workflow run %s: %s (left out)", run_id, exc)
+    found = [_event(message) for message in stored]
+    if after == 0:
+        found = _from_start(found)
+    junk = [e for e in found if e.kind == JUNK]
+    if junk:
+        why = junk[0].details.get("why", "")
+        log.warning("workflow run %s: %d journal message(s) left out (%s)", run_id, len(junk), why)
     return found
+
+
+def _from_start(events: list[Event]) -> list[Event]:
+    """The events from the run's start on (all of them when it has none)."""
+    start = next((e for e in events if e.kind == "start"), None)
+    return events if start is None else [e for e in events if e.seq >= start.seq]
+
+
+def _event(message: StoredMessage) -> Event:
+    """A stored journal message as an event (JUNK when it is none)."""
+    when = message.time.timestamp() if message.time is not None else 0.0
+    try:
+        return decoded(message.data, message.seq, message.subject, when)
+    except DecodeError as exc:
+        size = len(message.data)
+        return Event(JUNK, -1, {"why": str(exc)[:200]}, message.seq, "", size, when)
 
 
 async def _scanned(client: Client, run_id: str, after: int) -> list[StoredMessage]:
     """A long journal's messages after `after`, in stream order, from its start on (at most
-    a few more than MAX_EVENTS: a run past the limit fails with JournalFull)."""
+    a few more than MAX_EVENTS events or MAX_JOURNAL_BYTES bytes: a run past either bound
+    fails with JournalFull)."""
     names, messages = client.names, client.connection.messages
     within = names.journal_filter(safe_id(run_id))
     seq = after + 1
@@ -122,25 +155,32 @@ async def _scanned(client: Client, run_id: str, after: int) -> list[StoredMessag
         )
         seq = start[0].seq if start else seq
     found: list[StoredMessage] = []
+    size = 0
     while True:
         batch = await messages.batch(names.workflows_stream, seq, 1000, within)
         found += batch
-        if len(batch) < 1000 or len(found) > MAX_EVENTS:
+        size += sum(len(m.data) for m in batch)
+        if len(batch) < 1000 or len(found) > MAX_EVENTS or size > MAX_JOURNAL_BYTES:
             return found
         seq = batch[-1].seq + 1
 
 
-def decoded(data: bytes, seq: int, subject: str) -> Event:
+def decoded(data: bytes, seq: int, subject: str, stored_at: float = 0.0) -> Event:
+    """The event a journal message holds; DecodeError for anything else. Parsed with a
+    bounded depth and strict Unicode (a lone surrogate, NaN or a 5,000-deep array is no
+    JSON here), and no larger than an event may be, whatever the stream let through."""
+    if len(data) > MAX_EVENT_BYTES:
+        raise DecodeError(f"journal event {seq} is {len(data):,} bytes, over {MAX_EVENT_BYTES:,}")
     try:
-        value = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
-        raise DecodeError(f"journal event {seq} is not JSON") from None
+        value = from_json(data, allow_inf_nan=False)
+    except ValueError:
+        raise DecodeError(f"journal event {seq} is not JSON (or nested too deep)") from None
     if not isinstance(value, dict):
         raise DecodeError(f"journal event {seq} is not an object")
     writer, key = subject.rsplit(".", 2)[-2:]  # <prefix>.wf.<run>.<writer>.<key>
     if writer == WRITERS["start"] and key != "0":
         raise DecodeError(f"journal event {seq}: a start is only ever on its run's s.0")
-    return decode(value, seq, writer)
+    return decode(value, seq, writer, len(data), stored_at)
 
 
 def _size(event: Event) -> int:
@@ -148,10 +188,32 @@ def _size(event: Event) -> int:
 
 
 def encoded(event: Event) -> bytes:
-    body = to_json(event.to_json(), fallback=repr)
+    """An event's stored JSON; PayloadTooLarge over MAX_EVENT_BYTES, NonFiniteFloat for a
+    nan or infinity in it, Unjournalable for a value a reader would refuse (nested deeper
+    than JSON readers take, a lone surrogate): what a worker writes, a worker reads back."""
+    what = f"a {event.kind} journal event"
+    try:
+        body = finite_json(event.to_json(), what=what, fallback=repr)
+    except NonFiniteFloat:
+        raise
+    except ValueError as exc:  # e.g. a string with a lone surrogate
+        raise Unjournalable(event.kind, str(exc)) from None
     if len(body) > MAX_EVENT_BYTES:
-        raise PayloadTooLarge(len(body), MAX_EVENT_BYTES, f"a {event.kind} journal event")
+        raise PayloadTooLarge(len(body), MAX_EVENT_BYTES, what)
+    try:
+        from_json(body, allow_inf_nan=False)
+    except ValueError as exc:
+        raise Unjournalable(event.kind, str(exc)) from None
     return body
+
+
+class Unjournalable(TaskqError):
+    """A value no journal reader would take back (too deeply nested, not valid Unicode)."""
+
+    def __init__(self, kind: str, why: str) -> None:
+        self.kind = kind
+        self.why = why
+        super().__init__(f"a {kind} journal event cannot hold this value: {why[:200]}")
 
 
 async def append_after(client: Client, run_id: str, event: Event, last_seq: int) -> int | None:
@@ -245,6 +307,20 @@ async def append_if_last(
         headers={"Nats-Msg-Id": msg_id},
         within=client.names.journal_filter(safe_id(run_id)),
     )
+
+
+async def find(client: Client, run_id: str, kind: str, msg_id: str) -> int | None:
+    """Where the event `kind` appended under `msg_id` is stored (None: it is not): one
+    direct get of its own subject."""
+    subject = _subject_of(client, run_id, Event.make(kind), msg_id)
+    stored = await client.connection.messages.last(client.names.workflows_stream, subject)
+    if stored is None:
+        return None
+    try:
+        event = decoded(stored.data, stored.seq or 1, subject)
+    except DecodeError:
+        return None
+    return (stored.seq or 1) if event.kind == kind else None
 
 
 def _subject_of(client: Client, run_id: str, event: Event, msg_id: str) -> str:

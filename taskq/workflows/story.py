@@ -1,7 +1,8 @@
 """A workflow's steps and their states, by the workflow's id or any of its steps' ids.
 
 Like a task's story, nothing is written for it: every step's id is `<workflow id>.<n>` (a
-chord's callback `<workflow id>.cb`), so the results bucket's keys under `<workflow id>.` are the
+chord's callback `<workflow id>.cb<digest>`), so the results bucket's keys under
+`<workflow id>.` are the
 steps that ran or failed; the queue streams hold the steps still waiting (their envelopes
 carry the workflow's shape: a chain's remaining steps, a chord's size and callback); the
 heartbeats name the running ones. A chain's steps not enqueued yet are listed as `pending`
@@ -11,6 +12,7 @@ when a waiting step's envelope names them.
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -20,7 +22,12 @@ from taskq.records.heartbeats import list_workers
 from taskq.records.results import ensure_results, fetch
 from taskq.workflows.state import CallbackState, ChainState, ChordState, GroupState, WorkflowState
 
-CALLBACK = "cb"
+CALLBACK = re.compile(r"cb([0-9a-f]{16})?")  # a chord's callback: `<flow>.cb<digest>`
+
+
+def is_callback(step_id: str) -> bool:
+    """Whether `step_id` is a chord's callback's id (`<flow>.cb`, an earlier taskq's)."""
+    return CALLBACK.fullmatch(step_id.rpartition(".")[2]) is not None
 
 
 @dataclass
@@ -51,7 +58,7 @@ class WorkflowStory:
 def workflow_id_of(ref: str) -> str:
     """The workflow id in `ref`, which is that id or one of its steps' ids."""
     head, dot, tail = ref.rpartition(".")
-    return head if dot and (tail.isdigit() or tail == CALLBACK) else ref
+    return head if dot and (tail.isdigit() or CALLBACK.fullmatch(tail)) else ref
 
 
 async def workflow_story(source: ClientSource, ref: str) -> WorkflowStory | None:
@@ -72,7 +79,7 @@ async def workflow_story(source: ClientSource, ref: str) -> WorkflowStory | None
     ordered = sorted(steps.values(), key=lambda s: _index(flow, s.id))
     for step in ordered:
         step.role = "step" if kind == "chain" else "member"
-        step.role = "callback" if step.id == f"{flow}.{CALLBACK}" else step.role
+        step.role = "callback" if is_callback(step.id) else step.role
     return WorkflowStory(flow, kind, final, _overall(final, ordered, steps), ordered)
 
 
@@ -116,12 +123,13 @@ def _shape(
     for shape in shapes:
         if isinstance(shape, ChainState):
             return "chain", shape.final
-        if isinstance(shape, ChordState | CallbackState):
-            return "chord", f"{flow}.{CALLBACK}"
+        if isinstance(shape, ChordState):
+            return "chord", shape.final
         if isinstance(shape, GroupState):
             return "group", None
-    if f"{flow}.{CALLBACK}" in steps or any(f.endswith(f".{CALLBACK}") for f in finals):
-        return "chord", f"{flow}.{CALLBACK}"
+    callbacks = sorted(f for f in [*steps, *finals] if is_callback(f))
+    if callbacks or any(isinstance(shape, CallbackState) for shape in shapes):
+        return "chord", callbacks[0] if callbacks else None
     if finals:
         return "chain", sorted(finals)[0]
     return "group", None
@@ -134,8 +142,7 @@ def _add_pending(flow: str, steps: dict[str, WorkflowStep], shapes: list[Workflo
             for offset, step in enumerate(shape.rest, start=shape.step + 1):
                 steps.setdefault(f"{flow}.{offset}", WorkflowStep(f"{flow}.{offset}", step.task))
         elif isinstance(shape, ChordState):
-            callback = f"{flow}.{CALLBACK}"
-            steps.setdefault(callback, WorkflowStep(callback, shape.callback.task))
+            steps.setdefault(shape.final, WorkflowStep(shape.final, shape.callback.task))
 
 
 def _index(flow: str, step_id: str) -> int:

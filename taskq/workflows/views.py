@@ -11,22 +11,23 @@ every summary read is current."""
 from __future__ import annotations
 
 import asyncio
+import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
 from taskq.client import Client
-from taskq.errors import ConfigError, NotFound, PayloadTooLarge
+from taskq.errors import ConfigError, NonFiniteFloat, NotFound, PayloadTooLarge
 from taskq.ids import new_id, safe_id
 from taskq.nats import KVEntry
-from taskq.records.clock import now_iso
-from taskq.records.results import ResultRecord, fetch
+from taskq.records.clock import format_epoch, now_iso
+from taskq.records.results import ResultRecord, fetch, run_key
 from taskq.records.results import store as store_result
 from taskq.topology.names import check_task
 from taskq.workflows import store
 from taskq.workflows.journal import (
     MAX_EVENT_BYTES,
     Event,
-    child_id,
+    child_of,
     outcome_of,
     retried,
     step_id,
@@ -230,11 +231,7 @@ async def show_run(client: Client, run_id: str) -> RunView:
             *(_timed(client, s) for s in view.steps[start : start + RECORDS_AT_ONCE])
         )
     view.signals = [
-        {
-            "name": e.details.get("name"),
-            "payload": e.details.get("payload"),
-            "at": e.details.get("at"),
-        }
+        {"name": e.details.get("name"), "payload": e.details.get("payload"), "at": _when(e)}
         for e in events
         if e.kind == "signal"
     ]
@@ -249,20 +246,26 @@ async def find_summary(client: Client, run_id: str) -> store.RunSummary | None:
 
 
 def _from_start(run_id: str, journal: list[Event]) -> store.RunSummary | None:
-    """A summary of a run no decision took yet, from its start event (None: no run)."""
-    start = journal[0].details if journal and journal[0].kind == "start" else None
+    """A summary of a run no decision took yet, from its start event (None: no run); its
+    time is the server's (the start's own `at` is a producer's word)."""
+    start = journal[0] if journal and journal[0].kind == "start" else None
     if start is None:
         return None
-    parent = start.get("parent")
-    at = str(start.get("at") or "")
+    details, at = start.details, _when(start)
+    parent = details["parent"].get("id") if isinstance(details.get("parent"), dict) else None
     return store.RunSummary(
         id=run_id,
-        name=str(start.get("workflow", "")),
-        queue=str(start.get("queue", "")),
+        name=str(details.get("workflow", ""))[:200],
+        queue=str(details.get("queue", ""))[:200],
         started_at=at,
         updated_at=at,
-        parent=str(parent.get("id")) if isinstance(parent, dict) and parent.get("id") else None,
+        parent=str(parent)[:200] if parent else None,
     )
+
+
+def _when(event: Event) -> str:
+    """When the server stored `event` (RFC 3339; empty when not known)."""
+    return format_epoch(event.stored_at) if event.stored_at else ""
 
 
 def _step(
@@ -279,7 +282,7 @@ def _step(
     done = ended.get(command.n)
     ids = {
         "run": step_id(run_id, command.n, retries),
-        "child": child_id(run_id, command.n, retries),
+        "child": child_of(run_id, command, retries),
     }
     shown = str(done.details.get("id")) if done is not None else ids.get(command.kind, "")
     view = StepView(command.n, command.kind, target, shown, "pending", at)
@@ -311,10 +314,8 @@ async def _timed(client: Client, step: StepView) -> None:
 async def journal_last(client: Client, run_id: str) -> int:
     """The sequence of the last event stored in the run's journal (0: none): one batched
     direct get of each journal subject's last message, for telling that a run changed."""
-    names = client.names
-    newest = await client.connection.messages.newest(
-        names.workflows_stream, names.journal_filter(safe_id(run_id))
-    )
+    within = client.names.journal_filter(safe_id(run_id))
+    newest = await client.connection.messages.newest(client.names.workflows_stream, within)
     return newest.seq if newest is not None else 0
 
 
@@ -343,15 +344,18 @@ async def send_signal(
         raise ConfigError(
             f"a signal's payload is at most {MAX_EVENT_BYTES:,} bytes of JSON"
         ) from None
-    seq = await store.append(client, run_id, event, new_id())
+    except (NonFiniteFloat, store.Unjournalable) as exc:
+        raise ConfigError(f"a signal's payload cannot be sent: {exc}") from None
+    seq = await store.append(client, run_id, event, secrets.token_hex(16))
     await trigger(client, here, Trigger(f"g{seq}"))
 
 
 async def cancel_run(client: Client, run_id: str, target: Target = None) -> None:
-    """Ask the run to end cancelled: its running steps and children are cancelled."""
+    """Ask the run to end cancelled: its running steps and children are cancelled. The
+    cancel's subject is random: a subject anyone could compute could be taken first."""
     here = await _here(client, run_id, target)
     event = Event.make("cancel", at=now_iso())
-    seq = await store.append(client, run_id, event, f"{safe_id(run_id)}.cancel")
+    seq = await store.append(client, run_id, event, secrets.token_hex(16))
     await trigger(client, here, Trigger(f"c{seq}"))
 
 
@@ -374,7 +378,7 @@ async def retry_run(client: Client, run_id: str) -> None:
 
     await store.update_summary(client, run_id, reopen)
     waiting = ResultRecord(state="failed", task=summary.name, reason="retried", queue=summary.queue)
-    await store_result(client, run_id, waiting)  # `result()` waits for the new end
+    await store_result(client, run_id, waiting, run_key(run_id))  # `result()` waits for the new end
     seq = await store.append(client, run_id, Event.make("retry", at=now_iso()), new_id())
     await trigger(client, here, Trigger(f"r{seq}"))
 
@@ -391,5 +395,5 @@ async def _here(client: Client, run_id: str, target: Target = None) -> RunStepSt
         start = events[0].details if events and events[0].kind == "start" else None
         if start is None:
             raise NotFound(f"no workflow run {run_id}")
-        target = (str(start["workflow"]), str(start["queue"]))
+        target = (str(start.get("workflow", "")), str(start.get("queue", "")))
     return RunStepState(id=run_id, n=0, workflow=target[0], queue=target[1])

@@ -4,6 +4,7 @@ a step's end, a timer, a signal, a cancel), optionally due later (a durable time
 
 from __future__ import annotations
 
+import secrets
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +35,9 @@ async def trigger(client: Client, run: RunStepState, cause: Trigger) -> None:
     for a task goes straight into the queue's timers as a schedule (decisions run on a
     worker of the run's queue, which may write them), saving a delivery and its hold."""
     envelope = Envelope(
-        id=f"{run.id}.d{cause.why}",
+        # with a digest of the run's secret: an id anyone could compute could be published
+        # first, and the server would drop this decision (or timer) as its duplicate
+        id=f"{run.id}.d{cause.why}.{run.digest(cause.why)}",
         task=run.workflow,
         args=[run.id],
         kwargs=_kwargs(cause),
@@ -56,11 +59,16 @@ def _kwargs(cause: Trigger) -> dict[str, Any]:
 
 
 async def start_run(
-    client: Client, run_id: str, call: dict[str, Any], parent: RunStepState | None = None
+    client: Client,
+    run_id: str,
+    call: dict[str, Any],
+    parent: RunStepState | None = None,
+    secret: str | None = None,
 ) -> bool:
     """Start run `run_id` of `call["workflow"]` (on `call["queue"]`, with its `args` and
     `kwargs`): its start event appended only to an empty journal, its summary, its first
-    decision. False when the run existed already (the same run: idempotent)."""
+    decision. False when the run existed already (the same run: idempotent). `secret`:
+    the run's (random when not given), kept in its start, which only workers read."""
     from taskq.workflows import store
 
     name, queue = str(call["workflow"]), str(call["queue"])
@@ -72,11 +80,12 @@ async def start_run(
         args=list(call.get("args", [])),
         kwargs=dict(call.get("kwargs", {})),
         at=now_iso(),
-        parent=parent.model_dump() if parent is not None else None,
+        parent=parent.model_dump(exclude_none=True) if parent is not None else None,
+        secret=secret or secrets.token_hex(16),
     )
     # its summary is the first decision's to write: a producer may start a run, but not
     # write the runs bucket
     fresh = await store.append_after(client, run_id, start, 0) is not None
-    here = RunStepState(id=run_id, n=0, workflow=name, queue=queue)
+    here = RunStepState(id=run_id, n=0, workflow=name, queue=queue, tag=start.details["secret"])
     await trigger(client, here, Trigger("0"))
     return fresh

@@ -8,14 +8,16 @@ Every call is a command journaled in the run (`taskq.workflows.replay`): a step'
 from __future__ import annotations
 
 import random as _random
+import secrets
 import time
 import uuid as _uuid
 from collections.abc import Awaitable, Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from taskq.errors import ConfigError
+from taskq.errors import ArgumentsError, ConfigError, NonFiniteFloat
 from taskq.records.clock import format_epoch, parse_time
+from taskq.records.finite import finite_json
 from taskq.workflows.replay import Command, Gather, Replayer
 
 if TYPE_CHECKING:
@@ -35,7 +37,7 @@ class Workflow:
         """Run `task` as a step and await its result; a step that dead-letters raises
         TaskFailed here (catch it to compensate). Its task id is `<run id>.<n>`, the same
         on every attempt: `taskq.current().id` is its idempotency key."""
-        wire_args, wire_kwargs = task.validator.for_wire(args, kwargs)
+        wire_args, wire_kwargs = journalable(task.name, *task.validator.for_wire(args, kwargs))
         event = self._replayer.issue(
             "run", task=task.name, queue=task.queue, args=wire_args, kwargs=wire_kwargs
         )
@@ -53,14 +55,18 @@ class Workflow:
 
     def child(self, workflow: Any, *args: Any, **kwargs: Any) -> Command:
         """Start `workflow` (an `@app.workflow`) as a child run and await its result; it
-        is cancelled with this run. Its id is `<run id>-c<n>`."""
-        wire_args, wire_kwargs = workflow.validator.for_wire(args, kwargs)
+        is cancelled with this run. Its id is `<run id>-c<n>-<nonce>`: the nonce is random
+        (journaled with the command), so no one can start a run under it first."""
+        wire_args, wire_kwargs = journalable(
+            workflow.name, *workflow.validator.for_wire(args, kwargs)
+        )
         event = self._replayer.issue(
             "child",
             workflow=workflow.name,
             queue=workflow.queue,
             args=wire_args,
             kwargs=wire_kwargs,
+            nonce=secrets.token_hex(8),
         )
         return Command(self._replayer, event)
 
@@ -108,6 +114,18 @@ class Workflow:
         value = make() if upcoming is None else None
         event = self._replayer.issue(kind, value=value)
         return event.details.get("value")
+
+
+def journalable(
+    name: str, args: list[Any], kwargs: dict[str, Any]
+) -> tuple[list[Any], dict[str, Any]]:
+    """A call's wire arguments, or ArgumentsError at the call for a nan or infinity in
+    them (JSON has no form for one: the journal would hold something else)."""
+    try:
+        finite_json([args, kwargs], what="arguments")
+    except NonFiniteFloat as exc:
+        raise ArgumentsError(name, str(exc)) from None
+    return args, kwargs
 
 
 def _seconds(delay: timedelta | float, what: str) -> float:

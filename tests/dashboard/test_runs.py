@@ -18,7 +18,7 @@ from taskq import App, Workflow
 from taskq.server import EmbeddedServer
 from taskq.workflows import store
 from taskq.workflows.views import collect_runs, runs_page, show_run
-from tests.conftest import running_worker, wait_until
+from tests.conftest import cli, running_worker, wait_until
 from tests.dashboard.conftest import Dashboard, shoot
 from tests.roles import role, role_env
 
@@ -305,3 +305,44 @@ async def test_a_chain_is_listed_beside_runs_and_opens_as_its_canvas(
     # a chain is no durable run: a run's actions do not apply to it
     refused = await dashboard.http.post(f"/api/workflows/{flow}/cancel", {"confirm": "yes"})
     assert refused.status == 404, refused.body
+
+
+async def test_a_raw_start_with_no_time_in_its_at_breaks_no_page(
+    app: App, dashboard: Dashboard, prefix: str, nats_url: str
+) -> None:
+    """Issue 38 (10): a run's times are the server's, never a field a producer wrote."""
+    from taskq.ids import new_id
+    from taskq.workflows.state import RunStepState
+    from taskq.workflows.wake import Trigger, trigger
+
+    order, _broken = declare(app)
+    run_id = f"at-{new_id()}"
+    start = {
+        "e": "start",
+        "workflow": order.name,
+        "queue": "default",
+        "args": ["o-at", 5],
+        "kwargs": {},
+        "at": "not a time",
+    }
+    client = await app.client()
+    await store.ensure_workflows(client)
+    await client.connection.publish(f"{prefix}.wf.{run_id}.s.0", json.dumps(start).encode())
+    here = RunStepState(id=run_id, n=0, workflow=order.name, queue="default")
+    await trigger(client, here, Trigger("0"))  # its first decision, as a producer sends it
+    async with running_worker(app):
+        run = app.workflow_run(run_id)
+        await wait_until(lambda: _waiting(run), timeout=30)
+        http = dashboard.http
+        for path in ("/workflows", f"/workflows?name={order.name}", f"/workflows/{run_id}"):
+            reply = await http.get(path)
+            assert reply.status == 200, (path, reply.body[:300])
+        listed = (await http.api("/workflows"))["runs"]
+        mine = next(r for r in listed if r["id"] == run_id)
+        assert mine["started_at"].startswith("20")  # the server's time
+        shown = await cli(nats_url, prefix, "workflows", "show", run_id)
+        assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr
+
+
+async def _waiting(run: Any) -> bool:
+    return bool(await run.status() == "waiting")

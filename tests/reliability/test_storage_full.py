@@ -144,3 +144,50 @@ async def test_an_account_storage_limit_is_named(
             assert "KiB used of 1.0 MiB (99%)" in table(stats)
         finally:
             await app.aclose()
+
+
+async def test_attempts_a_full_store_spent_are_a_letter_naming_the_store(
+    full_server: EmbeddedServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 38 (9): a task whose dead letter the full store refused is handed back; when
+    its attempts have run out that way, its letter names the store, not a dead worker."""
+    import nats
+
+    app = App(url=full_server.url, prefix="unstored")
+
+    @app.task(max_retries=0)
+    def fails() -> None:
+        raise ValueError("always")
+
+    caplog.set_level(logging.WARNING, logger="taskq")
+    try:
+        await fails.enqueue()
+        nc = await nats.connect(full_server.url)
+        js = nc.jetstream()
+        await js.add_stream(name="FILLER", subjects=["filler.>"])
+        for _ in range(1000):
+            try:
+                await js.publish("filler.x", BODY.encode())
+            except nats.js.errors.APIError:
+                break
+        else:
+            raise AssertionError("the store never filled")
+        refused = "its outcome not stored"
+        async with running_worker(app):
+            # its letter refused on its only attempt, then on the one the hand-back spent
+            await wait_until(
+                lambda: sum(refused in r.getMessage() for r in caplog.records) >= 2, timeout=60
+            )
+            await js.purge_stream("FILLER")
+            await nc.close()
+
+            async def lettered() -> bool:
+                return bool(await list_dead(app))
+
+            await wait_until(lettered, timeout=60)
+        (letter,) = await list_dead(app)
+        assert letter.reason == "unstored"
+        assert "could not be stored" in letter.error.message
+        assert "storage" in letter.error.message.lower()
+    finally:
+        await app.aclose()

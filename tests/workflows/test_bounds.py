@@ -88,7 +88,7 @@ async def test_a_run_that_would_pass_the_journal_limit_fails_before_it_records_m
         with pytest.raises(TaskFailed) as failed:
             await run.result(timeout=60)
     assert failed.value.type == "JournalFull"
-    assert "limit is 30" in failed.value.message
+    assert "limits are 30 events" in failed.value.message
     events = await store.read(await app.client(), run.id)
     commands = sum(len(e.details.get("commands", [])) for e in events if e.kind == "decided")
     assert commands <= 30  # the command that would pass it was never recorded
@@ -156,3 +156,46 @@ async def test_the_journal_stream_bounds_each_writer_s_subject_and_message(app: 
     assert config.max_msgs_per_subject == 1
     assert config.discard_new_per_subject and str(config.discard) in ("new", "DiscardPolicy.NEW")
     assert config.max_msg_size == 2 * store.MAX_EVENT_BYTES
+
+
+async def test_a_nan_is_refused_at_the_call_never_journaled_as_none(app: App) -> None:
+    """Issue 38 (12): a non-finite float in a run's start, a step's call or a signal is
+    refused where it is made, never carried as null."""
+    from taskq.errors import ArgumentsError
+    from taskq.workflows.replay import Replayer
+
+    @app.task
+    async def echo(value: Any) -> Any:
+        return value
+
+    @app.workflow
+    async def passes(wf: Workflow, value: Any) -> Any:
+        try:
+            return await wf.run(echo, {"x": [1.0, value]})
+        except ArgumentsError as exc:
+            return f"refused: {exc}"
+
+    with pytest.raises(ArgumentsError, match="nan"):
+        await passes.start(float("nan"))
+    async with running_worker(app):
+        run = await passes.start("x")
+        assert await run.result(timeout=30) == {"x": [1.0, "x"]}
+        run = await passes.options(key=f"inf-{run.id}").start({"inner": "ok"})
+        with pytest.raises(ConfigError, match="inf"):
+            await run.signal("go", {"v": float("inf")})
+    inside = Workflow("r", Replayer("r"))
+    with pytest.raises(ArgumentsError, match=r"\['x'\]\[1\] is nan"):
+        inside.run(echo, {"x": [1.0, float("nan")]})
+
+
+def test_the_journals_byte_bound_is_a_setting_of_at_least_64_mib() -> None:
+    """Issue 38 (7): the workflows stream may be bounded in bytes (0: no bound of its own)."""
+    from taskq.settings import Settings
+    from taskq.topology.names import Names
+    from taskq.topology.specs import workflows_stream
+
+    bounded = Settings(workflows_max_bytes=64 * 1024**2)
+    assert workflows_stream(Names("t"), bounded).max_bytes == 64 * 1024**2
+    assert workflows_stream(Names("t"), Settings()).max_bytes == -1
+    with pytest.raises(ConfigError, match="64 MiB"):
+        App(workflows_max_bytes=1000).settings  # noqa: B018

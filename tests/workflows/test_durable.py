@@ -141,7 +141,8 @@ async def test_a_child_run_is_awaited_and_map_fans_items_out_in_order(app: App) 
     async with running_worker(app, concurrency=8):
         run = await order.start("o-7")
         assert await run.result(timeout=30) == "o-7:30"
-        child = app.workflow_run(f"{run.id}-c0")
+        child = app.workflow_run(await _child_of(app, run.id))
+        assert child.id.startswith(f"{run.id}-c0-")  # its nonce: nobody can start it first
         assert await child.result(timeout=5) == "o-7:30"
         assert await child.status() == "succeeded"
 
@@ -159,7 +160,7 @@ async def test_cancelling_a_parent_cancels_its_child(app: App) -> None:
 
     async with running_worker(app):
         run = await parent.start()
-        child = app.workflow_run(f"{run.id}-c0")
+        child = app.workflow_run(await _child_of(app, run.id))
         await wait_until(_state_is(child, "waiting"), timeout=30)
         await run.cancel()
         with pytest.raises(TaskCancelled):
@@ -295,3 +296,17 @@ async def test_a_start_whose_arguments_do_not_fit_fails_its_run_clearly(app: App
         with pytest.raises(TaskFailed, match="invalid arguments") as failed:
             await app.workflow_run("bad-start").result(timeout=30)
         assert failed.value.type == "ArgumentsError"
+
+
+async def _child_of(app: App, run_id: str) -> str:
+    """The id of the run's first child, as `taskq workflows show` tells it."""
+    from taskq.workflows.views import show_run
+
+    async def started() -> str | None:
+        view = await show_run(await app.client(), run_id)
+        return next((s.id for s in view.steps if s.kind == "child"), None)
+
+    await wait_until(started, timeout=30)
+    found = await started()
+    assert found is not None
+    return found
