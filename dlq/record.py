@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import base64
 import traceback as tb
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
 from pydantic import (
     BaseModel,
@@ -31,16 +31,7 @@ from taskq.records.envelope import Envelope
 from taskq.records.heartbeats import worker_name
 from taskq.records.places import ID_HEADER as ID_HEADER  # part of a dead letter's sealing context
 
-REASONS: tuple[str, ...] = (
-    "exhausted",
-    "permanent",
-    "undecodable",
-    "unknown_task",
-    "expired",
-    "crashed",
-    "forged_step",
-    "unstored",
-)
+REASONS: tuple[str, ...] = get_args(DeadReason)  # one list: the policy's
 REASON_HEADER = "Taskq-Reason"
 QUEUE_HEADER = "Taskq-Queue"
 
