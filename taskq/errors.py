@@ -141,9 +141,10 @@ class DecodeError(TaskqError):
 class UnknownTaskError(TaskqError, LookupError):
     """No task of that name is registered with the app."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, detail: str = "") -> None:
         self.name = name
-        super().__init__(f"unknown task {name!r}")
+        self.detail = detail
+        super().__init__(f"unknown task {name!r}" + (f": {detail}" if detail else ""))
 
 
 class TaskTimeout(TaskqError, TimeoutError):

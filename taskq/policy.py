@@ -119,6 +119,7 @@ class Hold:
     target: str = ""  # where the held copy goes ("": where the delivery came from)
     ticket: str = ""  # a rate-limit window reserved for it
     done: bool = False
+    since: float = 0.0  # a task no worker here knows: when one first could not run it
 
 
 Decision = Ack | Nak | Dead | Cancel | Hold

@@ -36,6 +36,7 @@ ENV_FIELDS: dict[str, str] = {
     "TASKQ_REPLICAS": "replicas",
     "TASKQ_RESULTS_PARTITIONS": "results_partitions",
     "TASKQ_WORKFLOWS_MAX_BYTES": "workflows_max_bytes",
+    "TASKQ_UNKNOWN_TASK_GRACE": "unknown_task_grace",
     "TASKQ_HEARTBEAT": "heartbeat",
     "TASKQ_SPARK_MASTER": "spark_master",
     "TASKQ_SPARK_CONF": "spark_conf",
@@ -87,6 +88,9 @@ class Settings(BaseModel):
             raise ValueError("workflows_max_bytes is 0 (no bound) or at least 64 MiB")
         return value
 
+    # seconds a task no worker of its queue knows (a rolling deploy's new task, another
+    # app's on a shared queue) keeps coming back for one that does, before its dead letter
+    unknown_task_grace: float = Field(default=300.0, ge=0)
     # seconds between worker heartbeats (`taskq workers`); a silent worker is gone after 3
     heartbeat: float = Field(default=5.0, gt=0)
     # consumer backstop: the server stops redelivering after this many deliveries

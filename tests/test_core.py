@@ -198,6 +198,8 @@ async def test_timeout_fails_the_attempt(app: App) -> None:
 
 
 async def test_unknown_task_and_bad_bytes_go_to_dlq_worker_stays_up(app: App, prefix: str) -> None:
+    app.configure(unknown_task_grace=0)  # an unknown task dead at once (no rolling deploy)
+
     @app.task
     async def ok() -> None: ...
 

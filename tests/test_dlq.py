@@ -34,6 +34,8 @@ async def make_dead_letters(app: App, n: int = 3) -> None:
 
 
 async def test_every_reason_is_produced(app: App, prefix: str) -> None:
+    app.configure(unknown_task_grace=0)  # an unknown task dead at once (no rolling deploy)
+
     @app.task(max_retries=1, backoff=0.05, jitter=0)
     async def fails() -> None:
         raise ValueError("nope")

@@ -33,6 +33,7 @@ from taskq.flowcontrol.held import (
     SLOT_HINT,
     SPENT,
     TICKET,
+    UNKNOWN,
     Holder,
     claim,
     group,
@@ -179,6 +180,8 @@ class Admission:
             headers[HELD] = hold.limit
         if hold.ticket:
             headers[TICKET] = hold.ticket
+        if hold.since:
+            headers[UNKNOWN] = f"{hold.since:.3f}"
         if id(job) in self._parked:  # parked for a slot: woken by a copy (held.Holder.wake)
             headers[PARK] = new_id()
         until = _moment(hold.until)

@@ -4,17 +4,19 @@ requests it follows, and the progress its tasks report (`taskq workers`, `taskq 
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Callable
 
 from taskq import __version__
 from taskq.client import Client
-from taskq.records.heartbeats import WorkerRecord, started_record
+from taskq.records.heartbeats import WorkerRecord, list_workers, started_record
 from taskq.workers.cancel_watch import CancelWatch
 from taskq.workers.heartbeat import Heartbeat
 from taskq.workers.progress import ProgressWriter
 from taskq.workers.running import RunningJobs
 
+log = logging.getLogger("taskq.worker")
 COUNTED = ("succeeded", "retried", "dead", "cancelled")
 
 
@@ -33,6 +35,7 @@ class ControlPlane:
         self._stats = stats
         self.cancels = CancelWatch(running.cancel)
         self.progress = ProgressWriter(client)
+        self.record = record  # this worker as its heartbeat describes it
         self._heartbeat = Heartbeat(client, record, self._counts, running.listed, problem)
 
     async def start(self) -> None:
@@ -50,5 +53,37 @@ class ControlPlane:
         return {name: self._stats[name] for name in COUNTED}
 
 
-def worker_record(queues: list[str], concurrency: int, pool_size: int | None) -> WorkerRecord:
-    return started_record(queues, concurrency, pool_size, __version__)
+def worker_record(
+    queues: list[str], concurrency: int, pool_size: int | None, tasks: list[str] | None = None
+) -> WorkerRecord:
+    return started_record(queues, concurrency, pool_size, __version__, tasks)
+
+
+async def notice_task_sets(client: Client, mine: WorkerRecord) -> list[str]:
+    """Warn (once each, at start) of live workers sharing a queue with this one that run
+    other tasks there: during a rolling deploy that is expected (a task only the newer
+    code knows waits for a worker that knows it: `unknown_task_grace`); otherwise two apps
+    share a queue, and each one's tasks wait on the other's workers. The lines warned."""
+    told: list[str] = []
+    for other in await list_workers(client):
+        shared = set(other.queues) & set(mine.queues)
+        if other.id == mine.id or not shared or not other.tasks:
+            continue
+        ours = {t for t in mine.tasks if t.split(":", 1)[0] in shared}
+        theirs = {t for t in other.tasks if t.split(":", 1)[0] in shared}
+        if ours != theirs:
+            told.append(_differ(other, sorted(theirs - ours), sorted(ours - theirs)))
+    for line in told[:3]:
+        log.warning("%s", line)
+    return told
+
+
+def _differ(other: WorkerRecord, only_theirs: list[str], only_ours: list[str]) -> str:
+    def some(names: list[str]) -> str:
+        return ", ".join(names[:5]) + (f" (+{len(names) - 5})" if len(names) > 5 else "") or "-"
+
+    return (
+        f"worker {other.id} on a queue this one consumes runs other tasks: only it "
+        f"{some(only_theirs)}; only this one {some(only_ours)}. Expected during a rolling "
+        "deploy; otherwise give each app its own prefix or queues (docs/operations.md)"
+    )

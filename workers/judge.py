@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
+import random
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
@@ -20,7 +22,7 @@ from taskq.context import Reporter, TaskContext
 from taskq.errors import ArgumentsError, DecodeError, TaskCancelled, UnknownTaskError
 from taskq.flowcontrol.debounce import BURST, judge_wake_up
 from taskq.flowcontrol.gates import DROPPED, KEPT
-from taskq.flowcontrol.held import FIRED, spent
+from taskq.flowcontrol.held import FIRED, UNKNOWN, spent
 from taskq.ids import safe_id
 from taskq.nats import Delivery
 from taskq.policy import Cancel, Dead, Decision, Failure, Hold, Outcome, decide
@@ -39,6 +41,8 @@ from taskq.workers.running import RunningJobs
 from taskq.workers.spark.jobs import LendSlot, SparkExecutor
 from taskq.workflows.state import RunStepState
 from taskq.workflows.steps import ended_already, is_bound
+
+log = logging.getLogger("taskq.worker")
 
 SOON = 2.0  # a task due within this many seconds waits in the worker, not as a schedule
 
@@ -129,7 +133,7 @@ class Judge:
         if cancelled_only:
             return None
         if task is None:
-            return Dead("unknown_task"), Failure(UnknownTaskError(envelope.task))
+            return self._unknown(job)
         job.spent = spent(d)  # a held task's copy carries the attempts it already used
         if job.attempt > task.policy.attempts:
             unstored = self._running.why_unstored(d.stream, d.seq)
@@ -137,6 +141,32 @@ class Judge:
         if envelope.expired():
             return Dead("expired", f"expired at {envelope.expires_at}"), None
         return None
+
+    def _unknown(self, job: Job) -> tuple[Decision, Outcome | None]:
+        """A task this worker's app does not declare: held (no attempt spent) and back in
+        its queue in UNKNOWN_AGAIN seconds, for a worker that knows it (a rolling deploy's
+        newer one, another app's on a shared queue), until `unknown_task_grace` seconds
+        after a worker first could not run it; then its dead letter."""
+        envelope, d = job.envelope, job.delivery
+        assert envelope is not None
+        since, grace = _since(d.header(UNKNOWN)), self.app.settings.unknown_task_grace
+        if not since and grace > 0:  # first seen: said once, not at every return
+            log.info(
+                "no worker knows task %r here: %s held for one that does (%g s at most)",
+                envelope.task[:200],
+                envelope.id[:200],
+                grace,
+            )
+        since = since or time.time()
+        if time.time() - since < grace:
+            # jittered: copies due at one whole second reach whichever worker's pull waits
+            # then, and one worker's pulls can be in step with them (one copy went to the
+            # worker that cannot run it ten times in a row in a test before this)
+            again = time.time() + UNKNOWN_AGAIN * (1 + random.random())
+            held = f"no worker knows task {envelope.task!r} yet"
+            return Hold(held, until=again, since=since), None
+        why = f"no worker of queue {job.queue} knew it for {grace:g} s"
+        return Dead("unknown_task", why), Failure(UnknownTaskError(envelope.task, why))
 
     async def _step_checked(self, job: Job) -> tuple[Decision, Outcome | None] | None:
         """A durable workflow step its run's journal never commanded (a producer may
@@ -278,9 +308,21 @@ def _due(job: Job) -> float | None:
     return due if due > time.time() else None
 
 
+def _since(header: str | None) -> float:
+    """When a worker first could not run it (0: this is the first), from its copy's header."""
+    try:
+        value = float(header or 0)
+    except ValueError:
+        return 0.0
+    return value if 0 < value <= time.time() else 0.0  # a raw publish may say anything
+
+
 def _dropped(reason: str, kept: str) -> Cancel:
     shown = reason[:300] + (f" (kept {kept[:128]})" if kept else "")
     return Cancel("dropped", shown, kept[:128])
+
+
+UNKNOWN_AGAIN = 5.0  # seconds (to twice that) before an unknown task's copy is back
 
 
 def _crashed(task: Task[Any, Any], delivered: int, unstored: str | None = None) -> Dead:

@@ -25,7 +25,7 @@ from taskq.policy import Dead, Failure
 from taskq.retrying import retry_transient
 from taskq.task import Task
 from taskq.workers.admission import Admission
-from taskq.workers.control import ControlPlane, worker_record
+from taskq.workers.control import ControlPlane, notice_task_sets, worker_record
 from taskq.workers.handback import hand_back
 from taskq.workers.job import Job
 from taskq.workers.judge import Judge, Runners
@@ -119,6 +119,8 @@ class Worker:
             await self._pool.start()
         parts = self._parts = self._assemble(client)
         await parts.control.start()
+        with contextlib.suppress(TaskqError):  # a notice: never a reason not to start
+            await notice_task_sets(client, parts.control.record)
         self._log_ready()
         loops = [asyncio.create_task(self._consume(key)) for key in self._setups]
         mains = [s for s in self._setups.values() if s.lane is None]
@@ -149,7 +151,10 @@ class Worker:
         admission = Admission(client)
         running = RunningJobs()
         pool_size = self._pool.size if self._pool else None
-        record = worker_record(self.queues, self.concurrency, pool_size)
+        tasks = [
+            f"{t.queue}:{name}" for name, t in self.app.tasks.items() if t.queue in self.queues
+        ]
+        record = worker_record(self.queues, self.concurrency, pool_size, tasks)
         control = ControlPlane(client, running, self.stats, record, self.problem)
         judge = Judge(
             self.app,

@@ -11,7 +11,7 @@ import click
 from taskq.app import App
 from taskq.cli.common import Context, parse_json_args, pass_ctx
 from taskq.cli.progressbar import progress
-from taskq.errors import ArgumentsError, ConfigError
+from taskq.errors import ArgumentsError, ConfigError, TaskqError
 from taskq.handle import TaskHandle
 from taskq.task import Task, TaskCall
 from taskq.topology.names import check_queue
@@ -85,14 +85,33 @@ def enqueue(
         if json_args is not None or key is not None:
             raise click.UsageError("--from takes neither JSON_ARGS nor --key (each line is one)")
         enqueue_lines(ctx, app, call, lines, as_json)
-        return
-    args, kwargs = parse_json_args(json_args)
+    else:
+        args, kwargs = parse_json_args(json_args)
+        try:
+            check_call(call, args, kwargs)  # a usage error even when no server answers
+            handle = ctx.run(lambda _client: call.enqueue(*args, **kwargs), app=app)
+        except ArgumentsError as exc:  # the user's JSON_ARGS do not fit the signature
+            raise click.BadParameter(str(exc), param_hint="JSON_ARGS") from None
+        echo_handle(handle, as_json)
+    if queue is not None:
+        warn_if_unconsumed(ctx, app, queue)
+
+
+def warn_if_unconsumed(ctx: Context, app: App, queue: str) -> None:
+    """A line on stderr when no live worker consumes `queue` (a queue named by hand may be
+    one no worker was started for); nothing when the workers' registry cannot be read."""
+    from taskq.records.heartbeats import list_workers
+
     try:
-        check_call(call, args, kwargs)  # a usage error even when no server answers
-        handle = ctx.run(lambda _client: call.enqueue(*args, **kwargs), app=app)
-    except ArgumentsError as exc:  # the user's JSON_ARGS do not fit the signature
-        raise click.BadParameter(str(exc), param_hint="JSON_ARGS") from None
-    echo_handle(handle, as_json)
+        workers = ctx.run(lambda client: list_workers(client), app=app)
+    except (TaskqError, click.ClickException):
+        return
+    if not any(queue in worker.queues for worker in workers):
+        click.echo(
+            f"warning: no live worker consumes queue {queue!r}: the task waits until one "
+            f"starts (taskq worker MODULE:APP -q {queue})",
+            err=True,
+        )
 
 
 CHUNK = 1000  # lines per `enqueue_many`: each one pipelined, its acks awaited at its end

@@ -46,6 +46,9 @@ SPENT = "Taskq-Attempts-Spent"  # attempts used by earlier messages of this task
 HELD = "Taskq-Held"  # which limit held it, for people (`taskq task ID`)
 TICKET = "Taskq-Rate-Ticket"  # a rate-limit window reserved for it (`<period>:<window>`)
 PARK = "Taskq-Park"  # a parked task's token: of its copies (woken, fired) only one runs
+# when a worker first could not run it (a task its app does not declare): its copies come
+# back to the queue until a worker that knows it takes one, or the grace period passes
+UNKNOWN = "Taskq-Unknown-Since"
 SLOT_HINT = "Taskq-Slot-Hint"  # on a woken copy: the slot just released, tried first
 FIRED = "Taskq-Fired"  # on a task a schedule fired: its timer stream's sequence
 HELD_ROOT = "held"

@@ -53,6 +53,9 @@ class WorkerRecord(BaseModel):
     counts: dict[str, int] = Field(default_factory=dict)
     running: list[RunningTask] = Field(default_factory=list)
     problem: str | None = None  # why it is unhealthy (a fetch loop failing); None: healthy
+    # the tasks it runs, as `<queue>:<task>` (at most MAX_TASKS_LISTED): a worker starting
+    # beside one that runs other tasks on a queue they share says so
+    tasks: list[str] = Field(default_factory=list)
 
     @property
     def key(self) -> str:
@@ -79,12 +82,20 @@ def worker_key(worker_id: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in worker_id)
 
 
+MAX_TASKS_LISTED = 2000  # tasks a worker's record names, at most
+
+
 def started_record(
-    queues: list[str], concurrency: int, pool_size: int | None, version: str
+    queues: list[str],
+    concurrency: int,
+    pool_size: int | None,
+    version: str,
+    tasks: list[str] | None = None,
 ) -> WorkerRecord:
     """This process's record at start-up (the heartbeat refreshes counts and running)."""
     now = now_iso()
     return WorkerRecord(
+        tasks=sorted(tasks or [])[:MAX_TASKS_LISTED],
         id=worker_name(),  # as DLQ records and task stories name it
         host=socket.gethostname(),
         pid=os.getpid(),

@@ -31,6 +31,8 @@ CASES: list[tuple[str, bytes, dict[str, str] | None, str]] = [
 
 
 async def test_garbage_goes_to_dlq_with_reasons(app: App, nats_url: str, prefix: str) -> None:
+    app.configure(unknown_task_grace=0)  # an unknown task dead at once (no rolling deploy)
+
     @app.task
     async def add(a: int, b: int) -> int:
         return a + b
