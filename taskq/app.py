@@ -361,6 +361,39 @@ _RUN_FIELDS = frozenset(f.name for f in fields(TaskSpec)) - {
 TASK_OPTIONS = _POLICY_FIELDS | _RUN_FIELDS | {"name", "queue", "executor", "partitions"}
 
 
+# Celery's task options, and what a Celery user writes in taskq instead
+CELERY_OPTIONS = {
+    "bind": "taskq passes no `self`: call taskq.current() in the task for its id, attempt "
+    "and retries",
+    "autoretry_for": "retry_for=(...) (every exception retries by default)",
+    "time_limit": "timeout=SECONDS (the task is stopped then)",
+    "soft_time_limit": "timeout=SECONDS, and taskq.current().remaining() in the task",
+    "acks_late": "nothing: taskq always acknowledges after the task ends, its lease extended "
+    "while it runs",
+    "reject_on_worker_lost": "nothing: a task whose worker died runs again",
+    "ignore_result": "store_result=False",
+    "retry_backoff": "backoff=SECONDS (exponential), backoff_max=, jitter=",
+    "retry_backoff_max": "backoff_max=SECONDS",
+    "retry_jitter": "jitter=",
+    "default_retry_delay": "backoff=SECONDS",
+    "serializer": "nothing: arguments are JSON, checked against the signature",
+}
+
+
+def _unknown_options(name: str, unknown: list[str]) -> str:
+    """The ConfigError for options `@app.task` does not take: Celery's named with their
+    taskq spelling."""
+    celery = [
+        f"{option}: {CELERY_OPTIONS[option]}" for option in unknown if option in CELERY_OPTIONS
+    ]
+    if celery:
+        return f"task {name!r}: Celery's " + "; ".join(celery) + " (docs/from-celery.md)"
+    return (
+        f"task {name!r}: unknown option(s) {unknown} (a middleware accepts its own options "
+        "when it names them in `task_options`)"
+    )
+
+
 def _spec(
     name: str,
     queue: str,
@@ -374,13 +407,14 @@ def _spec(
     names an unknown or bad one."""
     unknown = set(options) - _POLICY_FIELDS - _RUN_FIELDS - declared
     if unknown:
-        raise ConfigError(
-            f"task {name!r}: unknown option(s) {sorted(unknown)} (a middleware accepts its "
-            "own options when it names them in `task_options`)"
-        )
+        raise ConfigError(_unknown_options(name, sorted(unknown)))
     policy = {k: v for k, v in options.items() if k in _POLICY_FIELDS}
-    if policy.get("max_retries", 0) < 0:
-        raise ConfigError(f"task {name!r}: max_retries must be >= 0")
+    retries = policy.get("max_retries", 0)
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise ConfigError(
+            f"task {name!r}: max_retries is a whole number >= 0, not {retries!r} (taskq has "
+            "no unlimited retries: give a large number, and retry_for= to choose what retries)"
+        )
     for key in ("retry_for", "give_up_on"):
         if key in policy:
             policy[key] = tuple(policy[key])

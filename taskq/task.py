@@ -11,7 +11,7 @@ import inspect
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any, Generic, ParamSpec, Protocol, TypeVar
+from typing import Any, Generic, NoReturn, ParamSpec, Protocol, TypeVar
 
 from taskq.arguments import ArgsValidator
 from taskq.batching import Batching
@@ -180,6 +180,22 @@ class Task(Generic[P, R]):
         # not validated here: a chain step's arguments are completed by the previous result
         return Signature(self, tuple(args), dict(kwargs))
 
+    def apply_async(self, *args: Any, **kwargs: Any) -> NoReturn:
+        """Celery's spelling: raises a ConfigError naming taskq's."""
+        raise ConfigError(
+            "apply_async is Celery's: in taskq, "
+            "`await task.options(countdown=..., eta=..., queue=..., priority=..., key=...)"
+            ".enqueue(*args)` (or `.enqueue_sync`) (docs/from-celery.md)"
+        )
+
+    def si(self, *args: Any, **kwargs: Any) -> NoReturn:
+        """Celery's immutable signature: raises a ConfigError naming what taskq has."""
+        raise ConfigError(
+            ".si() is Celery's: taskq has no immutable signatures; a chain step gets the "
+            "previous result first (task.s(...)), a group's members run apart "
+            "(docs/from-celery.md)"
+        )
+
     def build_envelope(self, args: Any, kwargs: dict[str, Any], opts: CallOptions) -> Envelope:
         """Validate arguments and build the message; raises ArgumentsError, publishes nothing."""
         wire_args, wire_kwargs = self.validator.for_wire(args, kwargs)
@@ -305,6 +321,12 @@ class Signature:
     task: Task[Any, Any]
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __or__(self, other: object) -> NoReturn:
+        raise ConfigError(
+            "`a.s() | b.s()` is Celery's: in taskq, `await chain(a.s(), b.s()).enqueue()` "
+            "(docs/from-celery.md)"
+        )
 
 
 def _flow_options(spec: TaskSpec) -> dict[str, Any]:

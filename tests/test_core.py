@@ -299,7 +299,7 @@ def test_an_unknown_task_option_is_a_config_error() -> None:
     app = App(prefix="p")
     with pytest.raises(ConfigError, match=r"unknown option\(s\) \['max_retry'\]"):
         app.task(name="typo", max_retry=3)(lambda: None)
-    with pytest.raises(ConfigError, match="max_retries must be >= 0"):
+    with pytest.raises(ConfigError, match="max_retries is a whole number >= 0"):
         app.task(name="neg", max_retries=-1)(lambda: None)
     task = app.task(name="ok", ack_wait=5, retry_for=[ValueError])(lambda: None)
     assert (task.ack_wait, task.policy.retry_for, task.store_result) == (5.0, (ValueError,), True)
