@@ -182,6 +182,8 @@ async def get_dead(source: ClientSource, ref: str) -> DeadLetter | None:
     """A dead letter by DLQ sequence number (digits) or by task id."""
     client = await source.client()
     if ref.isdigit():
+        if int(ref) < 1:  # sequences start at 1: the server answers 0 with a bad request
+            return None
         try:
             stored = await client.connection.messages.get(client.names.dlq_stream, int(ref))
         except NotFound:

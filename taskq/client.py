@@ -8,10 +8,15 @@ a Client, so its caches (queues ensured, partition layouts) live and die with it
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import math
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from taskq.errors import ConnectError
 from taskq.ids import safe_id
 from taskq.nats import Connection
 from taskq.records.envelope import MSG_ID, TASK_HEADER, Envelope
@@ -21,6 +26,8 @@ from taskq.settings import Settings
 from taskq.topology.names import Names
 from taskq.topology.partitions import Part, Placement, layout, partitions_by_probe
 from taskq.topology.specs import check_owner, queue_stream
+
+log = logging.getLogger("taskq")
 
 
 class ClientSource(Protocol):
@@ -174,3 +181,24 @@ class Client:
             what=f"enqueue of {envelope.task}",
         )
         return Published(envelope.id, envelope.task, envelope.queue, ack.seq, ack.duplicate)
+
+
+async def wait_for_server(settings: Settings, seconds: float) -> None:
+    """Return once a server answers at `settings.url`; ConnectError after `seconds` (a
+    worker started before its server, as a pod may be, waits instead of exiting at once).
+    Says so at the first refusal, then every 30 s; credentials refused end it at once."""
+    deadline = time.monotonic() + seconds
+    pause, told = 0.25, -math.inf
+    while True:
+        try:
+            await (await Client.connect(settings)).close()
+            return
+        except ConnectError:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise
+            if time.monotonic() - told >= 30.0:
+                told = time.monotonic()
+                log.warning("waiting for NATS at %s (%.0f s more at most)", settings.url, left)
+            await asyncio.sleep(min(pause, left))
+            pause = min(pause * 2, 5.0)

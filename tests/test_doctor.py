@@ -319,16 +319,20 @@ async def test_the_shipped_secured_cluster_passes_with_r3_streams(shipped_cluste
     assert one["replicas"]["status"] == "ok"
 
 
-def test_no_server_is_one_line_and_exit_1() -> None:
+def test_no_server_is_a_failed_check_and_exit_1() -> None:
+    """Issue 39 (10): a report like any other finding, not an abort."""
     port = lease_port()  # nobody listens on a leased port
     try:
         done = doctor(f"nats://127.0.0.1:{port}")
     finally:
         release_port(port)
-    assert done.returncode == 1 and done.stdout == ""
-    assert done.stderr == (
-        f"taskq: cannot reach NATS at nats://127.0.0.1:{port}: start one with `taskq server`\n"
-    )
+    url = f"nats://127.0.0.1:{port}"
+    assert done.returncode == 1 and done.stderr == ""
+    assert done.stdout.splitlines() == [
+        f"fail  servers      cannot reach NATS at {url}  fix: start one with `taskq server`, "
+        f"or check {url}",
+        "doctor: 0 ok, 0 warn, 1 fail",
+    ]
 
 
 @pytest.mark.parametrize("monitored", [None], indirect=True)

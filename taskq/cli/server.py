@@ -29,7 +29,16 @@ import click
     "a duration such as 2m (the nats-server default) fsyncs that often and loses what came "
     "since the last fsync on an OS crash or power cut. See docs/operations.md#durability",
 )
-def server(port: int, host: str, store_dir: str, config: str | None, sync: str) -> None:
+@click.option(
+    "--monitor-port",
+    type=click.IntRange(1, 65535),
+    metavar="PORT",
+    help="serve nats-server's monitoring endpoint (/varz...) on PORT (8222 is usual): "
+    "`taskq doctor --monitor http://HOST:PORT` then checks sync, storage and clocks",
+)
+def server(
+    port: int, host: str, store_dir: str, config: str | None, sync: str, monitor_port: int | None
+) -> None:
     """Run an embedded JetStream nats-server in the foreground (for development)."""
     from taskq.errors import ConfigError
     from taskq.server import EmbeddedServer, sync_setting
@@ -38,8 +47,14 @@ def server(port: int, host: str, store_dir: str, config: str | None, sync: str) 
         interval = None if config else sync_setting(sync)
     except ConfigError as exc:
         raise click.BadParameter(str(exc), param_hint="--sync") from None
+    monitoring = ("-m", str(monitor_port)) if monitor_port else ()
     embedded = EmbeddedServer(
-        port=port, host=host, store_dir=store_dir, config=config, sync=interval
+        port=port,
+        host=host,
+        store_dir=store_dir,
+        config=config,
+        sync=interval,
+        extra_args=monitoring,
     )
     stopping: list[int] = []
 
@@ -51,11 +66,17 @@ def server(port: int, host: str, store_dir: str, config: str | None, sync: str) 
     # installed before the child starts, so an early SIGTERM still stops it cleanly
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    synced = f"sync {interval}" if interval else "sync as configured"
-    click.echo(
-        f"taskq: starting nats-server on {embedded.url} (store {store_dir}, {synced}); Ctrl-C stops"
-    )
+    _announce(embedded.url, store_dir, interval, host, monitor_port)
     proc = embedded.spawn(foreground_output=True)
     code = proc.wait()
     embedded.stop()  # removes the generated config
     sys.exit(0 if stopping else code)
+
+
+def _announce(url: str, store: str, interval: str | None, host: str, monitor: int | None) -> None:
+    """What is starting, and where doctor finds its monitoring endpoint."""
+    synced = f"sync {interval}" if interval else "sync as configured"
+    click.echo(f"taskq: starting nats-server on {url} (store {store}, {synced}); Ctrl-C stops")
+    if monitor:
+        endpoint = f"http://{host}:{monitor}"
+        click.echo(f"taskq: monitoring on {endpoint} (taskq doctor --monitor {endpoint})")

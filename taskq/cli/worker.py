@@ -14,6 +14,7 @@ import sys
 
 import click
 
+from taskq.app import App
 from taskq.cli.common import Context, pass_ctx
 
 
@@ -84,6 +85,15 @@ from taskq.cli.common import Context, pass_ctx
     help="serve Prometheus /metrics on PORT (every interface; with -p N, process i serves "
     "PORT+i-1); needs taskq[prometheus]",
 )
+@click.option(
+    "--wait-for-server",
+    "wait_for",
+    type=click.FloatRange(0),
+    default=0.0,
+    metavar="SECONDS",
+    help="wait up to SECONDS for the NATS server to answer before giving up (a worker "
+    "started before its server, as in a pod, waits instead of exiting at once)",
+)
 @pass_ctx
 def worker(
     ctx: Context,
@@ -99,19 +109,18 @@ def worker(
     log_level: str,
     log_format: str,
     metrics_port: int | None,
+    wait_for: float,
 ) -> None:
     """Run a worker for the tasks of MODULE:APP (with -p N: N worker processes)."""
-    from taskq.workers.logs import FORMAT, FORMAT_IN_PROCESS, install
     from taskq.workers.serve import serve
     from taskq.workers.tether import supervised
 
     in_process = supervised()
     port = _metrics_port(metrics_port, processes or 1)
-    level = min(getattr(logging, log_level.upper()), logging.getLogger().level)  # -vv: debug
-    install(level, FORMAT_IN_PROCESS if in_process else FORMAT, json_lines=log_format == "json")
+    _install_logs(log_level, log_format, in_process)
     if not in_process and (processes or max_tasks or max_memory_mb or reload):
         _supervise(processes or 1, grace, reload)
-    app = ctx.app(app_spec)
+    app = _waited(ctx.app(app_spec), wait_for)
     ctx.run(
         lambda _client: serve(
             app,
@@ -125,6 +134,24 @@ def worker(
         ),
         app=app,
     )
+
+
+def _install_logs(log_level: str, log_format: str, in_process: bool) -> None:
+    from taskq.workers.logs import FORMAT, FORMAT_IN_PROCESS, install
+
+    level = min(getattr(logging, log_level.upper()), logging.getLogger().level)  # -vv: debug
+    install(level, FORMAT_IN_PROCESS if in_process else FORMAT, json_lines=log_format == "json")
+
+
+def _waited(app: App, seconds: float) -> App:
+    """`app`, once its server answers (when `seconds` > 0: ConnectError after them, which
+    the CLI reports as any unreachable server)."""
+    from taskq.cli.common import run_async
+    from taskq.client import wait_for_server
+
+    if seconds > 0:
+        run_async(wait_for_server(app.settings, seconds))
+    return app
 
 
 def _metrics_port(port: int | None, processes: int) -> int | None:

@@ -11,14 +11,25 @@ from taskq.doctor.credentials import judge_shipped, try_shipped
 from taskq.doctor.facts import gather
 from taskq.doctor.report import Check, worst
 from taskq.doctor.rights import judge_rights, probe_rights
+from taskq.errors import ConnectError
 from taskq.settings import Settings
 
 __all__ = ["Check", "diagnose", "worst"]
 
 
+def unreachable(url: str, exc: ConnectError) -> Check:
+    """The one check of a doctor that reached no server."""
+    detail = str(exc).split(": start one")[0]  # its own fix is the check's
+    return Check("servers", "fail", detail, f"start one with `taskq server`, or check {url}")
+
+
 async def diagnose(settings: Settings, monitors: list[str]) -> list[Check]:
-    """Every check, in report order; ConnectError when no server answers at all."""
-    client = await Client.connect(settings)
+    """Every check, in report order; with no server answering at all, one failed check
+    saying so (a report, as every other finding is: its exit is 1)."""
+    try:
+        client = await Client.connect(settings)
+    except ConnectError as exc:
+        return [unreachable(settings.url, exc)]
     try:
         facts = await gather(client, monitors)
         found = await probe_rights(

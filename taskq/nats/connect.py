@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
+import time
 from typing import Any
 
 import nats.errors
@@ -28,6 +29,7 @@ class Events:
         self.refused = False
         self.lost = asyncio.Event()  # closed for good while live (not by us): no reconnect
         self.last: Exception | None = None  # while connecting: why the last attempt failed
+        self.outage = Outage()  # while disconnected: its errors, told less and less often
 
     async def error(self, exc: Exception) -> None:
         self.last = exc  # while connecting: why the last attempt failed
@@ -40,16 +42,17 @@ class Events:
             self.guard.violation(text.strip().strip("'"))
             if self.guard.expected(text):
                 return  # a probe's answer (taskq doctor), not a problem to report
-        if self.live:
-            log.warning("NATS: %s", text or type(exc).__name__)
+        if self.live and self.outage.tell():
+            log.warning("NATS: %s%s", text or type(exc).__name__, self.outage.untold())
 
     async def disconnected(self) -> None:
         if self.live:
+            self.outage.start()
             log.warning("NATS: disconnected, reconnecting")
 
     async def reconnected(self) -> None:
         if self.live:
-            log.info("NATS: reconnected")
+            log.info("NATS: reconnected%s", self.outage.end())
 
     async def closed(self) -> None:
         # nats-py closes for good on some server errors (a protocol violation): nothing on
@@ -57,6 +60,39 @@ class Events:
         if self.live:
             log.error("NATS: connection closed for good: %s", self.last or "no reason given")
             self.lost.set()
+
+
+class Outage:
+    """A disconnection's errors (one each failed reconnect, every half second): the first
+    is told, then one a second, two, four... up to a minute, each saying how many it
+    stood for, so a long outage is a handful of lines rather than two a second."""
+
+    def __init__(self) -> None:
+        self.since: float | None = None  # when the connection went down (None: it is up)
+        self._next = 0.0  # the next error told no sooner than this (monotonic)
+        self._gap = 1.0
+        self._quiet = 0  # errors not told since the last one that was
+
+    def start(self) -> None:
+        self.since, self._next, self._gap, self._quiet = time.monotonic(), 0.0, 1.0, 0
+
+    def tell(self) -> bool:
+        """Whether to tell this error (always while the connection is up)."""
+        now = time.monotonic()
+        if self.since is None or now >= self._next:
+            self._next, self._gap = now + self._gap, min(self._gap * 2, 60.0)
+            return True
+        self._quiet += 1
+        return False
+
+    def untold(self) -> str:
+        quiet, self._quiet = self._quiet, 0
+        return f" ({quiet} more like it not shown)" if quiet else ""
+
+    def end(self) -> str:
+        """The outage's length, as the reconnected line tells it."""
+        since, self.since = self.since, None
+        return f" after {time.monotonic() - since:.1f} s" if since is not None else ""
 
 
 async def open_client(settings: Settings, name: str, events: Events) -> Client:

@@ -145,3 +145,8 @@ async def _median_seconds(dashboard: Dashboard, path: str) -> float:
         took.append(time.perf_counter() - started)
         assert reply.status == 200, (path, reply.body[:300])
     return statistics.median(took)
+
+
+async def test_the_page_of_dead_letter_0_is_a_404(dashboard: Dashboard) -> None:
+    """Issue 39 (10): sequence 0 is no dead letter (the server answers it a bad request)."""
+    assert (await dashboard.http.get("/dlq/0")).status == 404
