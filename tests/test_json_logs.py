@@ -93,4 +93,28 @@ async def test_worker_writes_json_lines(
     )
     assert all({"time", "level", "logger", "message", "worker"} <= line.keys() for line in lines)
     assert any(line["message"].startswith("worker ready") for line in lines)
+    # issue 39 (8): a dead letter's traceback, and with -v a retry's, the user's frame first
+    for line in (settled[(doomed.id, 1)], settled[(flaky.id, 1)]):
+        trace = line["traceback"]
+        assert "tests/apps/metered.py" in trace.splitlines()[1], trace  # under the header
+        assert "hidden (taskq dlq show ID -v shows them)" in trace
+    assert "traceback" not in settled[(ok.id, 1)]
+
+
+async def test_a_dead_letter_s_traceback_follows_its_line_in_the_text_log(
+    nats_url: str, prefix: str, worker_process: Callable[..., WorkerProcess]
+) -> None:
+    worker = worker_process("tests.apps.metered:app")
+    await worker.wait_ready()
+    metered.app.configure(url=nats_url, prefix=prefix)
+    try:
+        doomed = await metered.doomed.enqueue()
+        with contextlib.suppress(TaskFailed):
+            await doomed.result(timeout=20)
+    finally:
+        await metered.app.aclose()
+    lines = worker.output().splitlines()
+    at = next(i for i, text in enumerate(lines) if "dead-lettered doomed" in text)
+    assert lines[at + 1] == "Traceback (most recent call last):"
+    assert "tests/apps/metered.py" in lines[at + 2] and "raise Reject" in lines[at + 3]
     await asyncio.sleep(0)

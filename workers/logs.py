@@ -31,6 +31,10 @@ MAY_WAIT = {BUFFERED: True}  # `extra=` for such lines
 SETTLED = "taskq_settled"
 SETTLED_KEYS = ("task", "id", "attempt", "queue", "duration", "outcome", "reason")
 Settled = tuple[str, str, int, str, float, str, str]  # in SETTLED_KEYS order
+# LogRecord attribute of a dead letter's (and, with -v, a retry's) line: its traceback,
+# the user's frames first and taskq's folded, shown under the line (a `traceback` field in
+# JSON lines)
+TRACE = "taskq_traceback"
 # what `taskq.current().logger` attaches to a task's own lines
 TASK_EXTRAS = (("taskq_task", "task"), ("taskq_id", "id"), ("taskq_attempt", "attempt"))
 
@@ -43,6 +47,11 @@ class CachedTimeFormatter(logging.Formatter):
         super().__init__(fmt)
         self._second = -1
         self._text = ""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        trace: str | None = getattr(record, TRACE, None)
+        return f"{line}\n{trace}" if trace else line
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         second = int(record.created)
@@ -105,6 +114,8 @@ class JsonFormatter(logging.Formatter):
             record.exc_text = self.formatException(record.exc_info)
         if record.exc_text:
             parts += [',"error":', _text(record.exc_text)]
+        if trace := getattr(record, TRACE, None):
+            parts += [',"traceback":', _text(trace)]
         parts.append("}")
         return "".join(parts)
 

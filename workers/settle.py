@@ -35,11 +35,12 @@ from taskq.client import Client
 from taskq.errors import PayloadTooLarge, StorageFull, TransientError
 from taskq.middleware import Chain, Settled
 from taskq.nats import PubAck
+from taskq.operate.tracebacks import fold
 from taskq.policy import Ack, Cancel, Dead, Decision, Failure, Hold, Nak, Outcome, Success
 from taskq.retrying import retry_transient
 from taskq.workers.admission import Admission
 from taskq.workers.job import Job
-from taskq.workers.logs import BUFFERED, SETTLED, write_direct
+from taskq.workers.logs import BUFFERED, SETTLED, TRACE, write_direct
 from taskq.workers.progress import ProgressWriter
 from taskq.workers.record_batches import RecordBatches
 from taskq.workers.running import RunningJobs
@@ -356,12 +357,26 @@ def _log(job: Job, decision: Decision, outcome: Outcome | None) -> None:
         log.warning("cancelled %s%s", head, ran, extra={SETTLED: (*task, "cancelled", "")})
     elif isinstance(decision, Nak):
         error = outcome.error if isinstance(outcome, Failure) else None
-        retry = {SETTLED: (*task, "retried", "")}
+        retry: dict[str, object] = {SETTLED: (*task, "retried", "")}
+        if logging.getLogger().isEnabledFor(logging.INFO):  # -v: where it failed, too
+            retry[TRACE] = _trace(outcome)
         log.warning("retry %s in %.1fs: %r", head, decision.delay, error, extra=retry)
     elif isinstance(decision, Dead):
-        dead = {SETTLED: (*task, "dead", decision.reason)}
+        dead = {SETTLED: (*task, "dead", decision.reason), TRACE: _trace(outcome)}
         why = _why(decision, outcome)
         log.error("dead-lettered %s (%s): %s", head, decision.reason, why, extra=dead)
+
+
+def _trace(outcome: Outcome | None) -> str | None:
+    """The attempt's traceback as a worker's log shows it: the user's frames first, taskq's
+    folded into a line (the dead letter keeps them all: `taskq dlq show ID -v`)."""
+    trace = outcome.traceback if isinstance(outcome, Failure) else ""
+    if not trace:
+        return None
+    folded = fold(trace)
+    if folded is None:
+        return trace.rstrip()
+    return "\n".join(folded.text_lines("taskq dlq show ID -v shows them", lead=False))
 
 
 def _why(decision: Dead, outcome: Outcome | None) -> str:
