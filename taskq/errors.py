@@ -156,6 +156,15 @@ class TaskTimeout(TaskqError, TimeoutError):
         super().__init__(f"task {task!r} exceeded its timeout of {timeout:g}s")
 
 
+class RunEnded(TaskqError):
+    """A signal or cancel sent to a durable run that has ended: nothing would read it."""
+
+    def __init__(self, run_id: str, state: str) -> None:
+        self.run_id = run_id
+        self.state = state
+        super().__init__(f"run {run_id} already {state}")
+
+
 class WorkflowTimeout(TaskqError, TimeoutError):
     """A durable workflow run did not end within its workflow's `timeout` (counted from
     its start, or from its last retry): the run fails with this."""

@@ -12,19 +12,10 @@ import click
 from taskq.cli.common import Context, parse_json_args, pass_ctx
 from taskq.client import Client
 from taskq.errors import ArgumentsError, NotFound
+from taskq.workflows.sends import cancel_run, retry_run, send_signal
 from taskq.workflows.store import STATES
 from taskq.workflows.story import WorkflowStory, workflow_story
-from taskq.workflows.views import (
-    LISTED,
-    PAGE,
-    RunView,
-    cancel_run,
-    check_filters,
-    collect_runs,
-    retry_run,
-    send_signal,
-    show_run,
-)
+from taskq.workflows.views import LISTED, PAGE, RunView, check_filters, collect_runs, show_run
 
 
 @click.group()
@@ -156,9 +147,14 @@ def start(
 
     run = ctx.run(go, app=app)
     if as_json:
-        click.echo(json.dumps({"id": run.id, "workflow": run.workflow, "queue": run.queue}))
-    else:
+        told = {"id": run.id, "workflow": run.workflow, "queue": run.queue}
+        click.echo(json.dumps({**told, "created": run.created}))
+    elif run.created:
         click.echo(f"started {run.workflow} run {run.id}")
+    else:
+        click.echo(
+            f"run {run.id} of {run.workflow} exists already (--key {key}): not started again"
+        )
 
 
 @workflows.command("signal")

@@ -23,6 +23,7 @@ from taskq.errors import (
     ConnectError,
     NotFound,
     PermissionDenied,
+    RunEnded,
     TaskqError,
     TransientError,
     ValidationError,
@@ -114,6 +115,8 @@ def as_page_error(exc: Exception) -> DashboardError:
         return DashboardError(404, str(exc))
     if isinstance(exc, ConfigError | ValidationError):
         return DashboardError(400, str(exc))
+    if isinstance(exc, RunEnded):
+        return DashboardError(409, str(exc))
     if isinstance(exc, ConnectError | TransientError):
         return DashboardError(503, f"NATS is unavailable: {exc}")
     return DashboardError(502, f"NATS said: {exc}")

@@ -18,8 +18,8 @@ from taskq.records.results import run_key, wait
 from taskq.workflows import store
 from taskq.workflows.decide import Attempt, decide
 from taskq.workflows.end import expire_run
+from taskq.workflows.sends import cancel_run, retry_run, send_signal
 from taskq.workflows.state import RunStepState
-from taskq.workflows.views import cancel_run, retry_run, send_signal
 from taskq.workflows.wake import start_run
 from taskq.workflows.workflow import journalable
 
@@ -106,8 +106,8 @@ class WorkflowCall:
             "args": wire_args,
             "kwargs": wire_kwargs,
         }
-        await start_run(client, run_id, call)
-        return WorkflowRun(run_id, definition.app, definition.name, definition.queue)
+        created = await start_run(client, run_id, call)
+        return WorkflowRun(run_id, definition.app, definition.name, definition.queue, created)
 
     def start_sync(self, *args: Any, **kwargs: Any) -> WorkflowRun:
         return self.definition.app.portal.run(self.start(*args, **kwargs))
@@ -121,6 +121,8 @@ class WorkflowRun:
     app: AppLike
     workflow: str
     queue: str
+    # False when `start()` found the run already started under its key (the same run)
+    created: bool = True
 
     async def signal(self, name: str, payload: Any = None) -> None:
         """Send the run a signal: the payload of its next `wf.wait_for(name)` (kept until

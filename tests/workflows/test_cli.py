@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
+
 from taskq import App
+from taskq.errors import RunEnded
 from taskq.workflows import store
 from taskq.workflows.views import runs_page
 from tests.apps import orders
@@ -59,6 +62,32 @@ async def test_start_list_show_and_signal_a_run_from_the_command_line(
         }
         text = await cli(nats_url, prefix, "workflows", "show", "o-5")
         assert "succeeded" in text.stdout.splitlines()[0] and "signal approved" in text.stdout
+        # issue 39 (6): an ended run refuses signals and cancels; a second start says so
+        for late in (("signal", "o-5", "approved"), ("cancel", "o-5")):
+            refused = await cli(nats_url, prefix, "workflows", *late)
+            assert refused.returncode == 1 and refused.stdout == ""
+            assert "run o-5 already succeeded" in refused.stderr, refused.stderr
+        again = await cli(
+            nats_url, prefix, "workflows", "start", APP, "order", '["o-5", 500]', "--key", "o-5"
+        )
+        assert again.returncode == 0
+        assert again.stdout == "run o-5 of order exists already (--key o-5): not started again\n"
+        again = await cli(
+            nats_url,
+            prefix,
+            "workflows",
+            "start",
+            APP,
+            "order",
+            '["o-5", 1]',
+            "--key",
+            "o-5",
+            "--json",
+        )
+        assert json.loads(again.stdout)["created"] is False
+        with pytest.raises(RunEnded, match="already succeeded") as ended:
+            await run.signal("approved", 1)
+        assert (ended.value.run_id, ended.value.state) == ("o-5", "succeeded")
     await orders.app.aclose()
 
 
