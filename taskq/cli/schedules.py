@@ -17,13 +17,21 @@ def schedules() -> None:
 
 @schedules.command("ls")
 @click.option("-q", "--queue", "queues", multiple=True, help="only these queues")
+@click.option(
+    "--all",
+    "everything",
+    is_flag=True,
+    help="taskq's own too: durable runs' timers, deadlines and expiries, held tasks",
+)
 @click.option("--json", "as_json", is_flag=True)
 @pass_ctx
-def ls(ctx: Context, queues: tuple[str, ...], as_json: bool) -> None:
-    """List schedules: queue, name, schedule expression, next run and target subject."""
-    from taskq.records.schedules import list_schedules
+def ls(ctx: Context, queues: tuple[str, ...], everything: bool, as_json: bool) -> None:
+    """List schedules: queue, name, schedule expression, next run and target subject (the
+    user's: periodic and delayed tasks; --all: taskq's own too)."""
+    from taskq.records.schedules import list_schedules, users
 
     found = ctx.run(lambda client: list_schedules(client, list(queues) or None))
+    found = users(found, everything)
     if as_json:
         click.echo(json.dumps([vars(s) for s in found], indent=2))
         return

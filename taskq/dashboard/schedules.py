@@ -11,12 +11,13 @@ from taskq.dashboard.forms import text
 from taskq.dashboard.gate import checked_form
 from taskq.dashboard.render import ask, done, respond
 from taskq.dashboard.shared import client_of
-from taskq.records.schedules import PERIODIC, list_schedules, remove
+from taskq.records.schedules import PERIODIC, list_schedules, remove, users
 
 
 async def schedules_page(request: Request) -> Response:
-    """Every schedule of every queue, soonest first."""
-    found = await list_schedules(client_of(request))
+    """Every user's schedule of every queue (`?all=1`: taskq's own too), soonest first."""
+    everything = request.query_params.get("all") == "1"
+    found = users(await list_schedules(client_of(request)), everything)
     found.sort(key=lambda s: (s.next_run or "~", s.queue, s.name))
     return respond(
         request,

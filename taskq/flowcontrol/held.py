@@ -39,7 +39,7 @@ from taskq.nats import Delivery, StoredMessage
 from taskq.nats.outbound import check
 from taskq.nats.records import TTL
 from taskq.records.envelope import MSG_ID, TASK_HEADER, Envelope
-from taskq.records.schedules import SCHEDULE, TARGET, at_expression, delayed_name
+from taskq.records.schedules import INTERNAL, SCHEDULE, TARGET, at_expression, delayed_name
 from taskq.retrying import retry_transient
 
 SPENT = "Taskq-Attempts-Spent"  # attempts used by earlier messages of this task
@@ -103,11 +103,13 @@ class Holder:
         subject = self.subject(task_id, limit)
         await self._schedule(subject, d.data, sent, until, target, "holding a task")
 
-    async def store(self, envelope: Envelope, until: datetime) -> None:
+    async def store(self, envelope: Envelope, until: datetime, internal: bool = False) -> None:
         """Store a placed `envelope` as its own delayed schedule, due at `until`: what the
         first worker to receive it with a far `eta` would do, without that delivery (a
-        worker publishing one itself: a durable workflow's timers)."""
+        worker publishing one itself: a durable workflow's timers, `internal`)."""
         sent = {**envelope.headers, MSG_ID: safe_id(envelope.id), TASK_HEADER: envelope.task}
+        if internal:
+            sent[INTERNAL] = "1"
         subject, body = self.subject(envelope.id, ""), envelope.encode()
         await self._schedule(subject, body, sent, until, envelope.subject, "storing a delayed task")
 

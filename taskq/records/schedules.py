@@ -37,6 +37,9 @@ from taskq.topology.names import check_queue
 from taskq.topology.partitions import queues_on_server
 
 SCHEDULE = "Nats-Schedule"
+# on a schedule taskq keeps for itself (a durable run's timers, deadline and expiry): such
+# schedules are hidden from `taskq schedules ls` and the dashboard unless asked for
+INTERNAL = "Taskq-Internal"
 TARGET = "Nats-Schedule-Target"
 PERIODIC = "periodic"  # schedule-name prefix of periodic tasks: <prefix>.s.<queue>.periodic.<task>
 DELAYED = "task"  # of a delayed task's own schedule: <prefix>.s.<queue>.task.<safe id>
@@ -165,6 +168,7 @@ class ScheduleInfo:
     seq: int
     stored_at: str | None = None
     next_run: str | None = None
+    internal: bool = False  # taskq's own (a durable run's timer, a held task), not a user's
 
 
 async def list_schedules(
@@ -201,9 +205,20 @@ async def _schedules_in(client: Client, queue: str) -> list[ScheduleInfo]:
                     stored.seq,
                     format_time(stored.time) if stored.time else None,
                     _next_run(expression, stored.time),
+                    _internal(subject[len(prefix) :], stored.headers),
                 )
             )
     return found
+
+
+def _internal(name: str, headers: dict[str, str]) -> bool:
+    """Whether a schedule is taskq's own: marked so, or a task held by a limit."""
+    return INTERNAL in headers or name.startswith("held.")
+
+
+def users(schedules: list[ScheduleInfo], everything: bool = False) -> list[ScheduleInfo]:
+    """The schedules a user made (periodic and delayed tasks); `everything`: all."""
+    return schedules if everything else [s for s in schedules if not s.internal]
 
 
 def _next_run(expression: str, stored_at: datetime | None) -> str | None:
@@ -230,6 +245,17 @@ async def remove(source: ClientSource, queue: str, name: str) -> bool:
         return await _purge(client, check_queue(queue), check_schedule_name(name)) > 0
     except NotFound:
         return False
+
+
+async def drop_delayed(client: Client, queue: str, task_id: str) -> bool:
+    """Remove the delayed schedule of task `task_id` (by its sequence: a worker may delete
+    messages, not purge its queues' timer streams); False when there is none."""
+    names = client.names
+    subject = names.schedule_subject(queue, delayed_name(task_id))
+    stored = await client.connection.messages.last(names.timer_stream(queue), subject)
+    if stored is None:
+        return False
+    return await client.connection.messages.delete(names.timer_stream(queue), stored.seq)
 
 
 def check_schedule_name(name: str) -> str:

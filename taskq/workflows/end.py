@@ -5,22 +5,25 @@ and the cancelling of what it left running."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 import time
 from typing import Any
 
 from taskq.client import Client
+from taskq.errors import TaskqError
 from taskq.ids import safe_id
 from taskq.records.cancels import request as request_cancel
 from taskq.records.clock import format_epoch, parse_time
 from taskq.records.results import ResultRecord, run_key
 from taskq.records.results import store as store_result
+from taskq.records.schedules import drop_delayed
 from taskq.workflows import store
 from taskq.workflows.journal import Definition, Event, child_of, retried, step_id
 from taskq.workflows.replay import Replayer
 from taskq.workflows.state import RunStepState, child_secret
-from taskq.workflows.wake import SKEW, Trigger, trigger
+from taskq.workflows.wake import SKEW, Trigger, decision_id, trigger
 
 log = logging.getLogger("taskq.worker")
 WAITED = frozenset({"run", "child", "sleep", "wait"})  # commands a run waits on
@@ -81,6 +84,7 @@ async def finish(
     await _cancel_unfinished(client, run_id, replayer)
     await _wake_parent(client, run_id, state, end, replayer.parent_step)
     here = home(definition, run_id, replayer)
+    await _drop_timers(client, here, replayer)
     expires = format_epoch(time.time() + client.settings.results_ttl)
     await trigger(client, here, Trigger(f"x{replayer.retries}", expires, expire=True))
 
@@ -97,6 +101,26 @@ async def expire_run(client: Client, run_id: str) -> None:
         return
     await store.forget(client, run_id)
     log.info("workflow run %s expired (ended %s)", run_id, summary.updated_at)
+
+
+async def _drop_timers(client: Client, here: RunStepState, replayer: Replayer) -> None:
+    """The ended run's timers that have not fired (its deadline, its sleeps and waits):
+    removed, so the schedules list holds no timer of a run that has ended (their ids hold
+    a digest of the run's secret: an earlier taskq's run has none, and keeps its timers
+    until they fire, which then changes nothing)."""
+    if here.tag is None:
+        return
+    again = f"r{replayer.retries}" if replayer.retries else ""
+    fired = {e.n for e in replayer.visible if e.kind == "fired"}
+    whys = [f"deadline{replayer.retries}"] if replayer.deadline is not None else []
+    whys += [
+        f"t{c.n}{again}"
+        for c in replayer.recorded
+        if c.kind in ("sleep", "wait") and c.details.get("until") and c.n not in fired
+    ]
+    for why in whys:
+        with contextlib.suppress(TaskqError):  # a timer left fires into an ended run: nothing
+            await drop_delayed(client, here.queue, decision_id(here, why))
 
 
 async def _cancel_unfinished(client: Client, run_id: str, replayer: Replayer) -> None:

@@ -35,9 +35,7 @@ async def trigger(client: Client, run: RunStepState, cause: Trigger) -> None:
     for a task goes straight into the queue's timers as a schedule (decisions run on a
     worker of the run's queue, which may write them), saving a delivery and its hold."""
     envelope = Envelope(
-        # with a digest of the run's secret: an id anyone could compute could be published
-        # first, and the server would drop this decision (or timer) as its duplicate
-        id=f"{run.id}.d{cause.why}.{run.digest(cause.why)}",
+        id=decision_id(run, cause.why),
         task=run.workflow,
         args=[run.id],
         kwargs=_kwargs(cause),
@@ -49,7 +47,15 @@ async def trigger(client: Client, run: RunStepState, cause: Trigger) -> None:
         await client.publish_envelope(envelope, run.queue)
         return
     part = await client.place_message(run.queue, envelope.id)
-    await Holder(client, run.queue).store(client.placed(envelope, run.queue, part), due)
+    placed = client.placed(envelope, run.queue, part)
+    await Holder(client, run.queue).store(placed, due, internal=True)
+
+
+def decision_id(run: RunStepState, why: str) -> str:
+    """The task id of the run's decision published for `why` (with a digest of the run's
+    secret: an id anyone could compute could be published first, and the server would drop
+    this decision, or timer, as its duplicate)."""
+    return f"{run.id}.d{why}.{run.digest(why)}"
 
 
 def _kwargs(cause: Trigger) -> dict[str, Any]:
