@@ -110,6 +110,8 @@ def _told(view: RunView) -> list[str]:
         outcome = json.dumps(step.result, default=repr)[:80] if step.result is not None else ""
         if step.error:
             outcome = f"{step.error['type']}: {step.error['message']}"[:80]
+        if step.running_on:
+            outcome = f"on {step.running_on}"
         tries = f" x{step.attempts}" if step.attempts > 1 else ""
         lines.append(
             f"  {step.n:>4}  {step.kind:6}  {step.target[:24]:24}  {step.state:9}{tries}  "

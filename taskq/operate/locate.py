@@ -161,11 +161,24 @@ async def _queued(client: Client, task_id: str, queue: str, part: Part) -> Waiti
     stream = names.queue_stream(queue, part)
     for where in _task_filters(client, queue, part):
         async for stored in client.connection.messages.scan(stream, where):
-            if stored.headers.get(MSG_ID) == safe_id(task_id):
-                envelope = _envelope(stored, queue)
+            envelope = _named(stored, task_id, queue)
+            if envelope is not None:
                 where = "delayed" if _ahead(envelope) else "queued"  # not yet a schedule
                 return Waiting(where, queue, stream, stored.seq, envelope)
     return None
+
+
+def _named(stored: StoredMessage, task_id: str, queue: str) -> Envelope | None:
+    """The envelope of a stored message of task `task_id` (else None): its message id is
+    the task's id, or (a durable run's step, published under `<id>.<digests>`) starts
+    with it, the envelope then saying it is that task."""
+    msg_id, safe = stored.headers.get(MSG_ID, ""), safe_id(task_id)
+    if msg_id == safe:
+        return _envelope(stored, queue)
+    if not msg_id.startswith(safe + "."):
+        return None
+    envelope = _envelope(stored, queue)
+    return envelope if envelope is not None and envelope.id == task_id else None
 
 
 def _ahead(envelope: Envelope | None) -> bool:

@@ -19,6 +19,7 @@ from taskq.errors import ConfigError, NotFound
 from taskq.ids import safe_id
 from taskq.nats import KVEntry
 from taskq.records.clock import format_epoch
+from taskq.records.heartbeats import list_workers
 from taskq.records.results import fetch
 from taskq.topology.names import check_task
 from taskq.workflows import store
@@ -176,6 +177,7 @@ class StepView:
     until: str | None = None
     started_at: str | None = None
     ended_at: str | None = None
+    running_on: str | None = None  # a step running now: the worker (its last heartbeat)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -224,6 +226,7 @@ async def show_run(client: Client, run_id: str) -> RunView:
         await asyncio.gather(
             *(_timed(client, s) for s in view.steps[start : start + RECORDS_AT_ONCE])
         )
+    await _running(client, view.steps)
     view.signals = [
         {"name": e.details.get("name"), "payload": e.details.get("payload"), "at": _when(e)}
         for e in events
@@ -288,6 +291,18 @@ def _step(
         if outcome.error is not None:
             view.error = {"type": type(outcome.error).__name__, "message": str(outcome.error)}
     return view
+
+
+async def _running(client: Client, steps: list[StepView]) -> None:
+    """Pending steps a worker runs now: `running`, and on which worker (as `taskq task`
+    says of a plain task: from the workers' heartbeats)."""
+    pending = {s.id: s for s in steps if s.kind == "run" and s.state == "pending"}
+    if not pending:
+        return
+    for worker in await list_workers(client):
+        for task in worker.running:
+            if task.id in pending:
+                pending[task.id].state, pending[task.id].running_on = "running", worker.id
 
 
 async def _timed(client: Client, step: StepView) -> None:

@@ -310,3 +310,44 @@ async def _child_of(app: App, run_id: str) -> str:
     found = await started()
     assert found is not None
     return found
+
+
+async def test_a_running_step_is_found_as_its_task_and_shown_running(
+    app: App, nats_url: str, prefix: str
+) -> None:
+    """Issue 39 (3): while a step runs, `taskq task <step id>` finds it (it said unknown:
+    a step's message id is not its task id) and `workflows show` says `running` and where."""
+    import asyncio
+    import json
+
+    from taskq.records.heartbeats import list_workers
+    from taskq.workflows.views import show_run
+    from tests.conftest import cli
+
+    app.configure(heartbeat=0.5)  # the running list is a heartbeat's: soon, then
+    release = asyncio.Event()
+
+    @app.task
+    async def long_step() -> str:
+        await release.wait()
+        return "ok"
+
+    @app.workflow
+    async def slow_flow(wf: Workflow) -> str:
+        return str(await wf.run(long_step))
+
+    async with running_worker(app):
+        run = await slow_flow.options(key=f"L-{prefix}").start()
+        step = f"{run.id}.0"
+
+        async def listed_running() -> bool:
+            return any(t.id == step for w in await list_workers(app) for t in w.running)
+
+        await wait_until(listed_running, timeout=30)  # a heartbeat lists it
+        told = await cli(nats_url, prefix, "task", step, "--json")
+        assert told.returncode == 0, told.stderr
+        assert json.loads(told.stdout)["state"] == "running"
+        view = await show_run(await app.client(), run.id)
+        assert (view.steps[0].state, bool(view.steps[0].running_on)) == ("running", True)
+        release.set()
+        assert await run.result(timeout=30) == "ok"
