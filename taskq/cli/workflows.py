@@ -104,8 +104,13 @@ def _canvas(story: WorkflowStory) -> list[str]:
 def _told(view: RunView) -> list[str]:
     s = view.summary
     lines = [f"run {s.id}  {s.name}  {s.state}", f"queue {s.queue}  started {s.started_at}"]
+    if view.ended_at:
+        lines[-1] += f"  ended {view.ended_at}"
+    lines.append(f"input args={json.dumps(view.args)} kwargs={json.dumps(view.kwargs)}"[:300])
     if s.error:
         lines.append(f"error {s.error}")
+    elif s.state == "succeeded":
+        lines.append(f"result {json.dumps(view.result, default=repr)}"[:300])
     for step in view.steps:
         outcome = json.dumps(step.result, default=repr)[:80] if step.result is not None else ""
         if step.error:

@@ -135,6 +135,13 @@ async def fetch(source: ClientSource, task_id: str) -> ResultRecord | None:
     return found or await _read(client, run_key(task_id), anywhere=True)
 
 
+async def fetch_run(source: ClientSource, run_id: str) -> ResultRecord | None:
+    """A durable run's own record (None: it has none yet): under its run key alone."""
+    client = await source.client()
+    await ensure_results(client)
+    return await _read(client, run_key(run_id), anywhere=True)
+
+
 async def wait(
     source: ClientSource, task_id: str, timeout: float | None, key: str | None = None
 ) -> ResultRecord:

@@ -18,9 +18,9 @@ from taskq.client import Client
 from taskq.errors import ConfigError, NotFound
 from taskq.ids import safe_id
 from taskq.nats import KVEntry
-from taskq.records.clock import format_epoch
+from taskq.records.clock import format_epoch, parse_time
 from taskq.records.heartbeats import list_workers
-from taskq.records.results import fetch
+from taskq.records.results import fetch, fetch_run
 from taskq.topology.names import check_task
 from taskq.workflows import store
 from taskq.workflows.journal import (
@@ -180,7 +180,14 @@ class StepView:
     running_on: str | None = None  # a step running now: the worker (its last heartbeat)
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        """As JSON shows it: every time RFC 3339 (`made_at` too), and `duration`, the
+        seconds from its start to its end when both are known."""
+        made = format_epoch(self.made_at) if self.made_at else None
+        return {
+            **self.__dict__,
+            "made_at": made,
+            "duration": seconds(self.started_at, self.ended_at),
+        }
 
 
 @dataclass
@@ -192,13 +199,33 @@ class RunView:
     steps: list[StepView] = field(default_factory=list)
     signals: list[dict[str, Any]] = field(default_factory=list)
     last_seq: int = 0
+    args: list[Any] | None = None  # its inputs, as its start holds them
+    kwargs: dict[str, Any] | None = None
+    result: Any = None  # its return value, once it succeeded (its record's)
+    ended_at: str | None = None  # when it ended (None: it has not)
 
     def to_dict(self) -> dict[str, Any]:
+        s = self.summary
         return {
-            **self.summary.to_dict(),
-            "steps": [s.to_dict() for s in self.steps],
+            **s.to_dict(),
+            "args": self.args,
+            "kwargs": self.kwargs,
+            "result": self.result,
+            "ended_at": self.ended_at,
+            "duration": seconds(s.started_at, self.ended_at),
+            "steps": [step.to_dict() for step in self.steps],
             "signals": self.signals,
         }
+
+
+def seconds(start: str | None, end: str | None) -> float | None:
+    """The seconds between two RFC 3339 times (None when either is not known)."""
+    if not start or not end:
+        return None
+    try:
+        return round((parse_time(end) - parse_time(start)).total_seconds(), 3)
+    except ValueError:
+        return None
 
 
 async def show_run(client: Client, run_id: str) -> RunView:
@@ -227,6 +254,7 @@ async def show_run(client: Client, run_id: str) -> RunView:
             *(_timed(client, s) for s in view.steps[start : start + RECORDS_AT_ONCE])
         )
     await _running(client, view.steps)
+    await _outcome(client, view, journal)
     view.signals = [
         {"name": e.details.get("name"), "payload": e.details.get("payload"), "at": _when(e)}
         for e in events
@@ -291,6 +319,18 @@ def _step(
         if outcome.error is not None:
             view.error = {"type": type(outcome.error).__name__, "message": str(outcome.error)}
     return view
+
+
+async def _outcome(client: Client, view: RunView, journal: list[Event]) -> None:
+    """The run's inputs (its start's), and once it ended its end time and result."""
+    start = journal[0].details if journal and journal[0].kind == "start" else {}
+    args, kwargs = start.get("args"), start.get("kwargs")
+    view.args = args if isinstance(args, list) else None
+    view.kwargs = kwargs if isinstance(kwargs, dict) else None
+    if view.summary.state in store.FINAL:
+        view.ended_at = view.summary.updated_at or None
+        record = await fetch_run(client, view.summary.id)
+        view.result = record.result if record is not None else None
 
 
 async def _running(client: Client, steps: list[StepView]) -> None:

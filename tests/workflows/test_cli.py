@@ -62,6 +62,16 @@ async def test_start_list_show_and_signal_a_run_from_the_command_line(
         }
         text = await cli(nats_url, prefix, "workflows", "show", "o-5")
         assert "succeeded" in text.stdout.splitlines()[0] and "signal approved" in text.stdout
+        assert 'input args=["o-5", 500]' in text.stdout and "result {" in text.stdout
+        # issue 39 (6): the run's inputs, result, end and duration; times RFC 3339 throughout
+        shown = json.loads(
+            (await cli(nats_url, prefix, "workflows", "show", "o-5", "--json")).stdout
+        )
+        assert (shown["args"], shown["kwargs"]) == (["o-5", 500], {})
+        assert shown["result"] == {"receipt": "receipt-o-5-500", "approval": {"by": "ann"}}
+        assert shown["ended_at"].endswith("Z") and shown["duration"] >= 0
+        charge = shown["steps"][0]
+        assert charge["made_at"].endswith("Z") and charge["duration"] >= 0
         # issue 39 (6): an ended run refuses signals and cancels; a second start says so
         for late in (("signal", "o-5", "approved"), ("cancel", "o-5")):
             refused = await cli(nats_url, prefix, "workflows", *late)
