@@ -14,7 +14,7 @@ from collections.abc import Callable
 from taskq import TaskFailed
 from taskq.workers.logs import SETTLED, JsonFormatter
 from tests.apps import metered
-from tests.conftest import WorkerProcess
+from tests.conftest import WorkerProcess, wait_until
 
 
 def record(message: str, **extra: object) -> logging.LogRecord:
@@ -113,6 +113,9 @@ async def test_a_dead_letter_s_traceback_follows_its_line_in_the_text_log(
             await doomed.result(timeout=20)
     finally:
         await metered.app.aclose()
+    # its record is stored before its message settles, and its line is logged after
+    await wait_until(lambda: "dead-lettered doomed" in worker.output(), timeout=20)
+    await wait_until(lambda: "raise Reject" in worker.output(), timeout=20)
     lines = worker.output().splitlines()
     at = next(i for i, text in enumerate(lines) if "dead-lettered doomed" in text)
     assert lines[at + 1] == "Traceback (most recent call last):"
