@@ -38,6 +38,19 @@ def role(server: EmbeddedServer, user: str, **settings: Any) -> App:
     )
 
 
+async def raw_connection(server: EmbeddedServer, user: str) -> Any:
+    """A raw nats-py connection as the shipped role `user` (a hostile member's)."""
+    import nats
+
+    given = credentials(user)
+    return await nats.connect(
+        server.url,
+        user=given["user"],
+        password=given["password"],
+        inbox_prefix=given.get("inbox_prefix", "_INBOX"),
+    )
+
+
 def role_env(user: str) -> dict[str, str]:
     """The environment a CLI command (or dashboard) runs with as role `user`."""
     return {f"TASKQ_{k.upper()}": v for k, v in credentials(user).items()}

@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import nats
 import pytest
 
 from taskq import App, TaskFailed, Workflow, chord, group
@@ -27,7 +26,7 @@ from taskq.workflows.state import ChordState, Step
 from taskq.workflows.steps import digest
 from taskq.workflows.views import show_run
 from tests.conftest import running_worker, wait_until
-from tests.roles import credentials, provisioned, role
+from tests.roles import provisioned, raw_connection, role
 
 
 def _declare(app: App, ran: list[str]) -> dict[str, Any]:
@@ -84,13 +83,7 @@ async def roles(secure_server: EmbeddedServer) -> AsyncIterator[Roles]:
 
 async def hostile(server: EmbeddedServer) -> Any:
     """A raw nats-py connection as the shipped producer role."""
-    given = credentials("producer")
-    return await nats.connect(
-        server.url,
-        user=given["user"],
-        password=given["password"],
-        inbox_prefix=given["inbox_prefix"],
-    )
+    return await raw_connection(server, "producer")
 
 
 async def test_a_deep_or_surrogate_signal_cannot_wedge_a_run(

@@ -20,7 +20,7 @@ from taskq.records.envelope import Envelope
 from taskq.server import EmbeddedServer
 from taskq.workflows.state import RunStepState
 from tests.conftest import running_worker, wait_until
-from tests.roles import credentials, provisioned, role
+from tests.roles import provisioned, raw_connection, role
 
 
 def _declare(app: App, ran: list[str]) -> Any:
@@ -68,13 +68,7 @@ async def test_a_producer_starts_signals_and_awaits_a_run_and_cannot_forge_its_s
     run = await order.options(key="roles-o-1").start("o-1")
     # When a hostile member of the producer role writes a forged outcome of its first
     # step on the journal subject it may write (signals and cancels)
-    given = credentials("producer")
-    nc = await nats.connect(
-        secure_server.url,
-        user=given["user"],
-        password=given["password"],
-        inbox_prefix=given["inbox_prefix"],
-    )
+    nc = await raw_connection(secure_server, "producer")
     js = nc.jetstream()
     forged = {"e": "done", "n": 0, "ok": True, "value": "forged"}
     await js.publish("taskq.wf.roles-o-1.u.forged", json.dumps(forged).encode())
