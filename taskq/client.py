@@ -14,7 +14,7 @@ import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from taskq.errors import ConnectError
 from taskq.ids import safe_id
@@ -28,6 +28,7 @@ from taskq.topology.partitions import Part, Placement, layout, partitions_by_pro
 from taskq.topology.specs import check_owner, queue_stream
 
 log = logging.getLogger("taskq")
+C = TypeVar("C")
 
 
 class ClientSource(Protocol):
@@ -66,6 +67,13 @@ class Client:
         # caches a feature keeps for this connection and prefix, under its name (never
         # process-wide: two apps in one process must not share them)
         self.kept: dict[str, object] = {}
+
+    def cached(self, name: str, kind: type[C]) -> C:
+        """The cache `name` a feature keeps on this client (a new `kind()` at first use)."""
+        found = self.kept.get(name)
+        if not isinstance(found, kind):
+            found = self.kept[name] = kind()
+        return found
 
     @classmethod
     async def connect(cls, settings: Settings, declared: Mapping[str, int] | None = None) -> Client:

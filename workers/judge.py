@@ -328,7 +328,7 @@ UNKNOWN_AGAIN = 5.0  # seconds (to twice that) before an unknown task's copy is 
 def _crashed(task: Task[Any, Any], delivered: int, unstored: str | None = None) -> Dead:
     """Its attempts ran out without an outcome: its outcome could not be stored (the cause,
     when this worker saw it), else a worker died while running it."""
-    spent = f"delivered {delivered} times, more than its {task.policy.attempts} attempt(s)"
+    beyond = f"delivered {delivered} times, more than its {task.policy.attempts} attempt(s)"
     if unstored is not None:
-        return Dead("unstored", f"{spent}: its outcome could not be stored: {unstored}")
-    return Dead("crashed", f"{spent}: a worker died while running it")
+        return Dead("unstored", f"{beyond}: its outcome could not be stored: {unstored}")
+    return Dead("crashed", f"{beyond}: a worker died while running it")

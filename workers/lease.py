@@ -9,8 +9,10 @@ not extended forever.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from taskq.errors import TaskqError
@@ -46,6 +48,16 @@ class Leases:
 
     def release(self, delivery: Delivery) -> None:
         self._held.pop(delivery, None)
+
+    @contextlib.contextmanager
+    def held(self, delivery: Delivery, ack_wait: float, queue: str) -> Iterator[None]:
+        """`hold` for the block, then `release` (a settle that waits for the store keeps
+        its message from another worker, which would run it again)."""
+        self.hold(delivery, ack_wait, queue)
+        try:
+            yield
+        finally:
+            self.release(delivery)
 
     def _period(self) -> float:
         smallest = min((lease.interval for lease in self._held.values()), default=MAX_TICK * 2)

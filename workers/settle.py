@@ -40,11 +40,13 @@ from taskq.policy import Ack, Cancel, Dead, Decision, Failure, Hold, Nak, Outcom
 from taskq.retrying import retry_transient
 from taskq.workers.admission import Admission
 from taskq.workers.job import Job
+from taskq.workers.lease import Leases
 from taskq.workers.logs import BUFFERED, SETTLED, TRACE, write_direct
 from taskq.workers.progress import ProgressWriter
 from taskq.workers.record_batches import RecordBatches
 from taskq.workers.running import RunningJobs
 from taskq.workers.writes import Writes, send, send_group, store, writes_for
+from taskq.workflows.steps import Lease
 
 log = logging.getLogger("taskq.worker")
 Sent = tuple[Awaitable[PubAck] | None, Awaitable[PubAck] | None]  # a record's, a letter's ack
@@ -73,9 +75,11 @@ class Settler:
         progress: ProgressWriter,
         window: int = WINDOW,
         running: RunningJobs | None = None,
+        leases: Leases | None = None,
     ) -> None:
         self.client = client
         self._running = running or RunningJobs()  # notes outcomes the server would not store
+        self._leases = leases or Leases()  # a settle waiting for the store keeps its lease
         self.stats = stats
         self._admission = admission  # stores held copies (tasks with limits)
         self._middleware = middleware  # told of each final verdict (`after_settle`)
@@ -118,16 +122,22 @@ class Settler:
         too large to store, even by claim check, fails the task once and for all (another
         attempt would return as much): a `permanent` dead letter naming size and limit."""
         job = verdict.job
+        lease = self._lease_of(job)
         try:
-            await store(self.client, job, verdict.decision, verdict.outcome, verdict.writes)
+            await store(self.client, job, verdict.decision, verdict.outcome, verdict.writes, lease)
         except PayloadTooLarge as exc:
             if not isinstance(verdict.outcome, Success):
                 raise
             dead, failure = _unstorable(job, exc)
             writes = await writes_for(self.client, job, dead, failure)
             verdict = Verdict(job, dead, failure, writes)
-            await store(self.client, job, dead, failure, writes)
+            await store(self.client, job, dead, failure, writes, lease)
         await self._finish(verdict)
+
+    def _lease_of(self, job: Job) -> Lease:
+        """The job's lease, held while its settle waits for the store (a workflow step's
+        outcome refused by a full one): no other worker takes its message meanwhile."""
+        return lambda: self._leases.held(job.delivery, job.setup.ack_wait, job.queue)
 
     async def drain(self) -> None:
         """Settle every grouped verdict so far (the worker's shutdown waits for this)."""
@@ -197,18 +207,19 @@ class Settler:
         Either way its place in the window is free afterwards."""
         try:
             await settle(verdict)
-        except (StorageFull, TransientError) as exc:  # the server would not store it
+        except Exception as exc:
             d = verdict.job.delivery
-            log.warning(
-                "%s: its outcome not stored (%s); will be redelivered", _tid(verdict.job), exc
-            )
-            self._running.unstored(d.stream, d.seq, str(exc))
+            if isinstance(exc, StorageFull | TransientError):  # the server would not store it
+                log.warning(
+                    "%s: its outcome not stored (%s); will be redelivered", _tid(verdict.job), exc
+                )
+                self._running.unstored(d.stream, d.seq, str(exc))
+            else:
+                log.exception(
+                    "unexpected error settling %s; will be redelivered", _tid(verdict.job)
+                )
             with contextlib.suppress(Exception):
                 await d.nak(delay=5.0)
-        except Exception:
-            log.exception("unexpected error settling %s; will be redelivered", _tid(verdict.job))
-            with contextlib.suppress(Exception):
-                await verdict.job.delivery.nak(delay=5.0)
         finally:
             self.unsettled -= 1
             self._room.set()

@@ -167,7 +167,13 @@ class Worker:
         )
         middleware = self.app.middleware
         settler = Settler(
-            client, self.stats, admission, middleware, control.progress, running=running
+            client,
+            self.stats,
+            admission,
+            middleware,
+            control.progress,
+            running=running,
+            leases=self._leases,
         )
         return _Parts(admission, control, judge, settler)
 

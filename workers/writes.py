@@ -9,9 +9,7 @@ one by one, each acknowledged and retried while transient (a verdict settled alo
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import Awaitable
 from dataclasses import dataclass
 
 from taskq.bulk import BATCH
@@ -31,7 +29,7 @@ from taskq.workers.outcomes import final_record, record_fields, result_record
 from taskq.workflows.canvas import advance
 from taskq.workflows.canvas_runs import note_settled
 from taskq.workflows.state import RunStepState, final_id
-from taskq.workflows.steps import step_ended
+from taskq.workflows.steps import Lease, step_ended
 
 
 @dataclass(slots=True)
@@ -112,7 +110,12 @@ async def _batches(
 
 
 async def store(
-    client: Client, job: Job, decision: Decision, outcome: Outcome | None, writes: Writes
+    client: Client,
+    job: Job,
+    decision: Decision,
+    outcome: Outcome | None,
+    writes: Writes,
+    lease: Lease | None = None,
 ) -> None:
     """Write the verdict's record, its workflow's next step or end, and its dead letter, each
     acknowledged (a record refused by a full store is skipped with a warning)."""
@@ -129,32 +132,12 @@ async def store(
             if record is not None:
                 await store_result(client, final, final_record(envelope, record))
     if envelope is not None and isinstance(envelope.workflow, RunStepState):
-        # into its run's journal, the step's lease kept while a full store refuses it
-        await step_ended(client, envelope, decision, outcome, lambda: lease_kept(job))
+        # into its run's journal, the step's lease kept (`lease`) while a full store refuses it
+        await step_ended(client, envelope, decision, outcome, lease)
     elif envelope is not None and envelope.workflow is not None:
         await note_settled(client, envelope, decision)  # a chain's, group's or chord's summary
     if writes.letter is not None:
         await store_letter(client, writes.letter)
-
-
-@contextlib.asynccontextmanager
-async def lease_kept(job: Job) -> AsyncIterator[None]:
-    """Keep the job's message leased while the block waits (an in-progress ack every third
-    of its ack_wait): a settle that waits for the store must not let the server hand the
-    message to another worker, which would run it again."""
-    period = max(0.05, job.setup.ack_wait / 3)
-
-    async def beat() -> None:
-        while True:
-            with contextlib.suppress(Exception):
-                await job.delivery.in_progress()
-            await asyncio.sleep(period)
-
-    beating = asyncio.create_task(beat())
-    try:
-        yield
-    finally:
-        beating.cancel()
 
 
 async def _letter(client: Client, job: Job, dead: Dead, outcome: Outcome | None) -> Letter:

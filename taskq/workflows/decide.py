@@ -49,7 +49,7 @@ from taskq.workflows.replayers import kept
 from taskq.workflows.state import SECRET, RunStepState, child_secret
 from taskq.workflows.steps import digest
 from taskq.workflows.store import MULTI_LAST
-from taskq.workflows.wake import SKEW, Trigger, start_run, trigger
+from taskq.workflows.wake import SKEW, Trigger, start_run, timer_cause, trigger
 from taskq.workflows.workflow import Workflow
 
 log = logging.getLogger("taskq.worker")
@@ -368,8 +368,7 @@ async def _command(client: Client, here: RunStepState, command: Event, retries: 
         msg_id = f"{step.id}.{called}.{here.digest(called)}"
         await client.publish_envelope(step, str(details["queue"]), msg_id=msg_id)
     elif command.kind in ("sleep", "wait") and details.get("until"):
-        why = f"t{n}" + (f"r{retries}" if retries else "")  # a retried run's timers anew
-        await trigger(client, here, Trigger(why, str(details["until"]), n))
+        await trigger(client, here, Trigger(timer_cause(n, retries), str(details["until"]), n))
     elif command.kind == "child":
         parent, child = here.model_copy(update={"n": n}), child_of(here.id, command, retries)
         await start_run(client, child, details, parent, child_secret(here.tag, child))

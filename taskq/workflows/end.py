@@ -23,7 +23,7 @@ from taskq.workflows import store
 from taskq.workflows.journal import Definition, Event, child_of, retried, step_id
 from taskq.workflows.replay import Replayer
 from taskq.workflows.state import RunStepState, child_secret
-from taskq.workflows.wake import SKEW, Trigger, decision_id, trigger
+from taskq.workflows.wake import SKEW, Trigger, decision_id, timer_cause, trigger
 
 log = logging.getLogger("taskq.worker")
 WAITED = frozenset({"run", "child", "sleep", "wait"})  # commands a run waits on
@@ -110,11 +110,10 @@ async def _drop_timers(client: Client, here: RunStepState, replayer: Replayer) -
     until they fire, which then changes nothing)."""
     if here.tag is None:
         return
-    again = f"r{replayer.retries}" if replayer.retries else ""
     fired = {e.n for e in replayer.visible if e.kind == "fired"}
     whys = [f"deadline{replayer.retries}"] if replayer.deadline is not None else []
     whys += [
-        f"t{c.n}{again}"
+        timer_cause(c.n, replayer.retries)
         for c in replayer.recorded
         if c.kind in ("sleep", "wait") and c.details.get("until") and c.n not in fired
     ]

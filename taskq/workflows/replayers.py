@@ -57,7 +57,4 @@ class Replayers:
 
 def kept(client: Client) -> Replayers:
     """The client's replayers."""
-    found = client.kept.get("replayers")
-    if not isinstance(found, Replayers):
-        found = client.kept["replayers"] = Replayers()
-    return found
+    return client.cached("replayers", Replayers)

@@ -17,7 +17,7 @@ import logging
 import re
 from collections import OrderedDict
 from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractContextManager
 from typing import Any
 
 from pydantic_core import to_json
@@ -34,11 +34,12 @@ from taskq.workflows.state import RunStepState
 from taskq.workflows.wake import Trigger, trigger
 
 log = logging.getLogger("taskq.worker")
-KEPT_ROUNDS = 64  # journal messages kept decoded per process (a gather's steps share one)
+KEPT_ROUNDS = 64  # journal messages kept decoded per client (a gather's steps share one)
 # seconds a step's outcome waits for a store that refuses it (full, or not answering)
 # before the step is handed back (run again): a full store is an operator's to free
 STORAGE_PATIENCE = 600.0
-_kept: OrderedDict[tuple[str, int], list[Event]] = OrderedDict()
+# a step's lease held for a block (the worker's in-progress acks, workers/lease.py)
+Lease = Callable[[], AbstractContextManager[None]]
 
 
 def digest(task: str, args: list[Any], kwargs: dict[str, Any]) -> str:
@@ -115,10 +116,7 @@ async def _commands_at(client: Client, run: RunStepState) -> list[Event]:
 
 def _rounds(client: Client) -> OrderedDict[tuple[str, int], list[Event]]:
     """The rounds this client read last, decoded (the client's: never process-wide)."""
-    found = client.kept.get("rounds")
-    if not isinstance(found, OrderedDict):
-        found = client.kept["rounds"] = OrderedDict()
-    return found
+    return client.cached("rounds", OrderedDict)
 
 
 async def step_ended(
@@ -126,7 +124,7 @@ async def step_ended(
     envelope: Envelope,
     decision: Decision,
     outcome: Outcome | None,
-    lease: Callable[[], AbstractAsyncContextManager[None]] | None = None,
+    lease: Lease | None = None,
 ) -> None:
     """A step of a run settled for good (before its ack): its outcome into the run's
     journal, then the run's next decision (both deduplicated: a redelivered step repeats
@@ -140,10 +138,11 @@ async def step_ended(
     if event is None:
         return  # a retry: the step is not over
     try:
-        store.encoded(event)
+        seq = await _journaled(client, run, event, _outcome_id(envelope), lease)
     except (store.Unjournalable, NonFiniteFloat) as exc:  # it cannot be read back: failed
-        event = _unjournalable(envelope, exc)
-    seq = await _journaled(client, run, event, _outcome_id(envelope), lease)
+        seq = await _journaled(
+            client, run, _unjournalable(envelope, exc), _outcome_id(envelope), lease
+        )
     log.debug("step %s of run %s ended (journal %d)", run.n, run.id, seq)
 
 
@@ -152,7 +151,7 @@ async def _journaled(
     run: RunStepState,
     event: Event,
     msg_id: str,
-    lease: Callable[[], AbstractAsyncContextManager[None]] | None,
+    lease: Lease | None,
 ) -> int:
     """Append a step's outcome and wake its run; while the store refuses, wait (the
     step's lease kept), STORAGE_PATIENCE seconds at most. Its journal sequence."""
@@ -167,7 +166,7 @@ async def _journaled(
         return await record()
     except (StorageFull, TransientError) as exc:
         log.warning("step %s of run %s: its outcome waits for the store (%s)", run.n, run.id, exc)
-    async with lease() if lease is not None else contextlib.nullcontext():
+    with lease() if lease is not None else contextlib.nullcontext():
         return await retry_transient(
             record,
             deadline=STORAGE_PATIENCE,

@@ -51,6 +51,12 @@ async def trigger(client: Client, run: RunStepState, cause: Trigger) -> None:
     await Holder(client, run.queue).store(placed, due, internal=True)
 
 
+def timer_cause(n: int, retries: int) -> str:
+    """The cause of command `n`'s timer (a sleep, a wait's timeout) after `retries`
+    retries of its run: a retried run's timers are new ones."""
+    return f"t{n}" + (f"r{retries}" if retries else "")
+
+
 def decision_id(run: RunStepState, why: str) -> str:
     """The task id of the run's decision published for `why` (with a digest of the run's
     secret: an id anyone could compute could be published first, and the server would drop
