@@ -12,10 +12,11 @@ import click
 from taskq.cli.common import Context, parse_json_args, pass_ctx
 from taskq.client import Client
 from taskq.errors import ArgumentsError, NotFound
+from taskq.workflows.run_lists import LISTED, PAGE, check_filters, collect_runs
 from taskq.workflows.sends import cancel_run, retry_run, send_signal
 from taskq.workflows.store import STATES
 from taskq.workflows.story import WorkflowStory, workflow_story
-from taskq.workflows.views import LISTED, PAGE, RunView, check_filters, collect_runs, show_run
+from taskq.workflows.views import RunView, show_run
 
 
 @click.group()

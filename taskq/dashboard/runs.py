@@ -25,10 +25,11 @@ from taskq.dashboard.live import event_stream, run_events
 from taskq.dashboard.render import API, ask, done, respond, wants_json
 from taskq.dashboard.shared import client_of, link, param, url
 from taskq.errors import NotFound, PermissionDenied
+from taskq.workflows.run_lists import runs_page
 from taskq.workflows.sends import cancel_run, retry_run, send_signal
 from taskq.workflows.store import FINAL, STATES, RunSummary, load_summary
 from taskq.workflows.story import workflow_id_of
-from taskq.workflows.views import RunView, find_summary, runs_page, show_run
+from taskq.workflows.views import RunView, find_summary, show_run
 
 RUN_KEYS = ("state", "name")  # the runs list's filters
 

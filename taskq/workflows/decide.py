@@ -31,6 +31,7 @@ from taskq.ids import safe_id
 from taskq.records.clock import format_epoch, now_iso, parse_time
 from taskq.records.envelope import Envelope
 from taskq.workflows import store
+from taskq.workflows.cancelling import cancelled_end, carry_cancel, grace_over
 from taskq.workflows.end import finish, home, mark_waiting
 from taskq.workflows.journal import (
     MAX_EVENTS,
@@ -39,12 +40,13 @@ from taskq.workflows.journal import (
     Definition,
     Event,
     child_of,
+    error_details,
     of_generation,
     retried,
     step_id,
 )
 from taskq.workflows.journal import Outcome as CodeOutcome
-from taskq.workflows.replay import Replayer
+from taskq.workflows.replay import Replayer, carried_out
 from taskq.workflows.replayers import kept
 from taskq.workflows.state import SECRET, RunStepState, child_secret
 from taskq.workflows.steps import digest
@@ -128,7 +130,7 @@ async def _record(
         recorded = await store.record_round(client, run_id, round_, replayer.written)
     except (PayloadTooLarge, NonFiniteFloat, store.Unjournalable) as exc:
         # a command or the run's end the journal cannot hold: the run cannot go on
-        round_.details.update(commands=[], end={"state": "failed", "error": _error(exc)})
+        round_.details.update(commands=[], end={"state": "failed", "error": error_details(exc)})
         seq = await store.append_after(client, run_id, round_, replayer.written)
         recorded = None if seq is None else store.Recorded(seq, [])
     if recorded is not None:
@@ -158,7 +160,7 @@ _NOTHING = Event.make("decided", commands=[])  # no new round: only what is reco
 def _unresolved(replayer: Replayer) -> list[Event]:
     """The recorded commands still without their outcome: a decision redelivered after a
     crash publishes them again (each publish deduplicated by the command's id)."""
-    return [c for c in replayer.recorded if replayer.outcome(c) is None]
+    return [c for c in replayer.recorded if carried_out(c) and replayer.outcome(c) is None]
 
 
 async def _load(
@@ -183,6 +185,7 @@ async def _load(
             return None, events
         replayer.retries = retries
         replayer.timeout = definition.timeout
+        replayer.cancel_grace = definition.cancel_grace
         replayer.deadline = _deadline(definition, events)
     replayer.written = max([replayer.written, *(e.seq for e in raw if e.writer == "w")])
     return replayer, events
@@ -266,19 +269,19 @@ def _start(definition: Definition, run_id: str, events: list[Event]) -> Replayer
 
 def _round(replayer: Replayer, force: bool = False) -> Event | None:
     """This decision's round: the commands made beyond the journal and the run's end (a
-    visible cancel ends it cancelled); None when there is nothing to record."""
-    cancelled = any(e.kind == "cancel" for e in replayer.visible)
+    cancel reaches the code as CancelledError; the run ends cancelled when the code ends or
+    its grace is over); None when there is nothing to record."""
     late = replayer.deadline is not None and time.time() >= replayer.deadline
-    made = [] if cancelled or late else replayer.decide()
-    end = _end(replayer, cancelled)
+    made = [] if late or grace_over(replayer) else replayer.decide()
+    end = _end(replayer)
     if end is None and late:
         timeout = WorkflowTimeout(replayer.run_id, replayer.timeout or 0.0)
-        end = {"state": "failed", "error": _error(timeout)}
+        end = {"state": "failed", "error": error_details(timeout)}
     events = len(replayer.visible) + len(replayer.made) + replayer.junk
     if end is None and _full(replayer, events):  # its commands are not recorded: it holds
         made = []
         full = store.JournalFull(replayer.run_id, events, MAX_EVENTS, replayer.size)
-        end = {"state": "failed", "error": _error(full)}
+        end = {"state": "failed", "error": error_details(full)}
     if not made and end is None and not force:
         return None
     details: dict[str, Any] = {
@@ -310,22 +313,17 @@ def _full(replayer: Replayer, events: int) -> bool:
     return events > MAX_EVENTS or replayer.size > MAX_JOURNAL_BYTES
 
 
-def _end(replayer: Replayer, cancelled: bool) -> dict[str, Any] | None:
-    if cancelled:
-        return {"state": "cancelled"}
+def _end(replayer: Replayer) -> dict[str, Any] | None:
+    if replayer.cancel_seen:
+        end = cancelled_end(replayer)
+        if end is not None or replayer.cancel_at >= 0:  # ended cancelled, or compensating
+            return end
     ended = replayer.ended
     if ended is None:
         return None
     if ended.error is not None:
-        return {"state": "failed", "error": _error(ended.error)}
+        return {"state": "failed", "error": error_details(ended.error)}
     return {"state": "succeeded", "value": ended.value}
-
-
-def _error(exc: BaseException) -> dict[str, str]:
-    import traceback
-
-    trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return {"type": type(exc).__name__, "message": str(exc)[:2000], "traceback": trace[-20000:]}
 
 
 async def _carry_out(
@@ -339,7 +337,7 @@ async def _carry_out(
     """Publish the round's steps and timers (`commands`: for a redelivered decision, those
     of any recent round still unresolved too), then the run's end or its waiting state."""
     here = home(definition, run_id, replayer)
-    for command in commands:
+    for command in filter(carried_out, commands):
         await _command(client, here, command, replayer.retries)
     end = round_.details.get("end")
     if end is not None:
@@ -349,6 +347,7 @@ async def _carry_out(
         eta = format_epoch(replayer.deadline)  # a decision then ends the run if it is still going
         await trigger(client, here, Trigger(f"deadline{replayer.retries}", eta))
         replayer.deadline_set = True
+    await carry_cancel(client, here, replayer)
     await mark_waiting(client, definition, run_id, replayer)
 
 

@@ -21,9 +21,9 @@ from taskq.records.results import store as store_result
 from taskq.records.schedules import drop_delayed
 from taskq.workflows import store
 from taskq.workflows.journal import Definition, Event, child_of, retried, step_id
-from taskq.workflows.replay import Replayer
+from taskq.workflows.replay import Replayer, carried_out
 from taskq.workflows.state import RunStepState, child_secret
-from taskq.workflows.wake import SKEW, Trigger, decision_id, timer_cause, trigger
+from taskq.workflows.wake import SKEW, Trigger, decision_id, grace_cause, timer_cause, trigger
 
 log = logging.getLogger("taskq.worker")
 WAITED = frozenset({"run", "child", "sleep", "wait"})  # commands a run waits on
@@ -40,14 +40,17 @@ def home(definition: Definition, run_id: str, replayer: Replayer) -> RunStepStat
 async def mark_waiting(
     client: Client, definition: Definition, run_id: str, replayer: Replayer
 ) -> None:
-    """The run's state while it waits: sleeping (only timers), waiting (a signal), or
-    running (steps or children under way); written only when it changed."""
+    """The run's state while it waits: sleeping (only timers), waiting (a signal),
+    running (steps or children under way) or cancelling (its code got the cancel); written
+    only when it changed."""
     while replayer.settled < len(replayer.made) and _done(replayer, replayer.settled):
         replayer.settled += 1  # commands before this one all have their outcome
     pending = [c for c in replayer.made[replayer.settled :] if c.kind in WAITED]
-    kinds = {c.kind for c in pending if replayer.outcome(c) is None}
+    kinds = {c.kind for c in pending if carried_out(c) and replayer.outcome(c) is None}
     state = "running"
-    if kinds == {"sleep"}:
+    if replayer.cancel_at >= 0:
+        state = "cancelling"  # its code got the cancel, and compensates
+    elif kinds == {"sleep"}:
         state = "sleeping"
     elif kinds and kinds <= {"wait", "sleep"}:
         state = "waiting"
@@ -56,7 +59,8 @@ async def mark_waiting(
 
 def _done(replayer: Replayer, n: int) -> bool:
     command = replayer.made[n]
-    return command.kind not in WAITED or replayer.outcome(command) is not None
+    waited = command.kind in WAITED and carried_out(command)
+    return not waited or replayer.outcome(command) is not None
 
 
 async def finish(
@@ -81,7 +85,7 @@ async def finish(
     message = error.get("message") if isinstance(error, dict) else None
     await _summary(client, definition, replayer, state, message)  # final before the result
     await store_result(client, run_id, record, run_key(run_id))
-    await _cancel_unfinished(client, run_id, replayer)
+    await cancel_unfinished(client, run_id, replayer)
     await _wake_parent(client, run_id, state, end, replayer.parent_step)
     here = home(definition, run_id, replayer)
     await _drop_timers(client, here, replayer)
@@ -112,6 +116,7 @@ async def _drop_timers(client: Client, here: RunStepState, replayer: Replayer) -
         return
     fired = {e.n for e in replayer.visible if e.kind == "fired"}
     whys = [f"deadline{replayer.retries}"] if replayer.deadline is not None else []
+    whys += [grace_cause(replayer.retries)] if replayer.cancel_at >= 0 else []
     whys += [
         timer_cause(c.n, replayer.retries)
         for c in replayer.recorded
@@ -122,11 +127,16 @@ async def _drop_timers(client: Client, here: RunStepState, replayer: Replayer) -
             await drop_delayed(client, here.queue, decision_id(here, why))
 
 
-async def _cancel_unfinished(client: Client, run_id: str, replayer: Replayer) -> None:
+async def cancel_unfinished(
+    client: Client, run_id: str, replayer: Replayer, before: int | None = None
+) -> None:
     """Steps still running are cancelled (the durable request every worker follows), and
-    children still running are sent a cancel of their own."""
+    children still running are sent a cancel of their own (those made `before` the
+    command numbered so, when given)."""
     for command in replayer.recorded:  # made and published (a refused round's are not)
-        if replayer.outcome(command) is not None:
+        if before is not None and command.n >= before:
+            break
+        if not carried_out(command) or replayer.outcome(command) is not None:
             continue
         if command.kind == "run":
             await request_cancel(client, step_id(run_id, command.n, replayer.retries))

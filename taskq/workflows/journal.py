@@ -14,6 +14,7 @@ Events, in the order the server stored them:
 from __future__ import annotations
 
 import hashlib
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -61,6 +62,7 @@ class Definition(Protocol):
     fn: Callable[..., Any]
     validator: ArgsValidator
     timeout: float | None  # seconds a run may take from its start (or retry), at most
+    cancel_grace: float  # seconds its code may compensate after a cancel reached it
 
 
 @dataclass(frozen=True)
@@ -134,7 +136,7 @@ class Outcome:
     """A command's outcome as the journal tells it: a value, or an error to raise."""
 
     value: Any = None
-    error: Exception | None = None
+    error: BaseException | None = None  # an Exception, or CancelledError (a cancelled run)
 
 
 def outcome_of(
@@ -142,7 +144,7 @@ def outcome_of(
 ) -> Outcome | None:
     """The outcome of `command` among the `visible` events (None: not known yet). A wait's
     signal is the first one of its name not taken by an earlier wait that arrived before
-    the wait's timeout fired; every visible `cancel` ends waiting with TaskCancelled."""
+    the wait's timeout fired."""
     if command.kind in LOCAL:
         return Outcome(command.details.get("value"))
     if command.kind == "wait":
@@ -172,6 +174,12 @@ def outcome_from(run_id: str, command: Event, event: Event) -> Outcome:
             str(event.details.get("reason", "")),
         )
     )
+
+
+def error_details(exc: BaseException) -> dict[str, str]:
+    """How the journal records an error that ended a run: its type, message, traceback."""
+    trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return {"type": type(exc).__name__, "message": str(exc)[:2000], "traceback": trace[-20000:]}
 
 
 def _wait_outcome(command: Event, visible: list[Event], made: list[Event]) -> Outcome | None:

@@ -14,6 +14,8 @@ last feeds it only the new events), so a resumption does not replay the whole hi
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from collections.abc import Awaitable, Coroutine, Generator
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,6 +70,8 @@ class Command:
                 if found.error is not None:
                     raise found.error
                 return found.value
+            if self.replayer.deliver_cancel():
+                raise asyncio.CancelledError(f"workflow run {self.replayer.run_id} was cancelled")
             yield self  # blocked: the round ends here
 
 
@@ -135,6 +139,11 @@ class Replayer:
     warned: bool = False  # its journal's size was warned about (80% of the limit)
     junk: int = 0  # journal messages that are no event (they count toward its bounds)
     size: int = 0  # the bytes of every journal message fed (MAX_JOURNAL_BYTES bounds it)
+    cancel_seen: bool = False  # a cancel is visible: the run is cancelling
+    cancelled_at: float = 0.0  # when the server stored the first one (0: not known)
+    cancel_at: int = -1  # commands made when the code got CancelledError (-1: not yet)
+    cancel_grace: float = 600.0  # seconds its code may compensate after a cancel
+    cancels_sent: bool = False  # what ran when the cancel came was cancelled (carried out)
 
     # -- what the code's `wf` calls ----------------------------------------------------------
     def issue(self, kind: str, **details: Any) -> Event:
@@ -163,6 +172,17 @@ class Replayer:
             found = self._outcomes.get((command.n, answer))
             return None if found is None else outcome_from(self.run_id, command, found)
         return outcome_of(self.run_id, command, self.visible, self.made)
+
+    def deliver_cancel(self) -> bool:
+        """Whether the code, blocked on a command, gets CancelledError now: once, when a
+        cancel is visible (where the journal says, so replay delivers it at the same place).
+        The commands made in this round before it are abandoned: never carried out."""
+        if not self.cancel_seen or self.cancel_at >= 0:
+            return False
+        self.cancel_at = len(self.made)
+        for i in range(len(self.recorded), len(self.made)):
+            self.made[i] = abandoned(self.made[i])
+        return True
 
     # -- what a decision calls ---------------------------------------------------------------
     def feed(self, events: list[Event]) -> None:
@@ -204,6 +224,8 @@ class Replayer:
                 self.visible.append(event)
                 if event.kind in ("done", "fired"):
                     self._outcomes.setdefault((event.n, event.kind), event)
+                elif event.kind == "cancel" and not self.cancel_seen:
+                    self.cancel_seen, self.cancelled_at = True, event.stored_at
 
     def _drive(self) -> None:
         if self.ended is not None or self.code is None:
@@ -212,7 +234,7 @@ class Replayer:
             yielded = self.code.send(None)
         except StopIteration as done:
             self.ended = Outcome(done.value)
-        except Exception as exc:  # the workflow failed
+        except (Exception, asyncio.CancelledError) as exc:  # failed, or cancelled
             self.ended = Outcome(error=exc)
         else:
             if not isinstance(yielded, Command | Blocked):
@@ -244,8 +266,23 @@ class Replayer:
 
 def _still_blocked(blocked_on: Any) -> bool:
     """Whether a gather member blocked on `blocked_on` (a command, or anything else: driven
-    again to see) is certainly still blocked."""
-    return isinstance(blocked_on, Command) and blocked_on.replayer.outcome(blocked_on.event) is None
+    again to see) is certainly still blocked (not when a cancel waits to be delivered)."""
+    if not isinstance(blocked_on, Command):
+        return False
+    replayer = blocked_on.replayer
+    cancel_due = replayer.cancel_seen and replayer.cancel_at < 0
+    return not cancel_due and replayer.outcome(blocked_on.event) is None
+
+
+def abandoned(command: Event) -> Event:
+    """`command` made in the round a cancel reached the code, before it: recorded (replay
+    makes it again) but never carried out, and awaited by no one."""
+    return dataclasses.replace(command, details={**command.details, "abandoned": True})
+
+
+def carried_out(command: Event) -> bool:
+    """Whether `command` was published (an abandoned one never is)."""
+    return not command.details.get("abandoned", False)
 
 
 def _foreign(yielded: Any) -> str:

@@ -4,6 +4,7 @@ a `WorkflowRun`, whose `signal`, `result`, `status` and `cancel` act on the run'
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from taskq.handle import HandleSource
 from taskq.ids import new_id
 from taskq.records.results import run_key, wait
 from taskq.workflows import store
+from taskq.workflows.cancelling import DEFAULT_GRACE
 from taskq.workflows.decide import Attempt, decide
 from taskq.workflows.end import expire_run
 from taskq.workflows.sends import cancel_run, retry_run, send_signal
@@ -45,13 +47,20 @@ class WorkflowDef:
     """A declared durable workflow: its name, queue and code."""
 
     def __init__(
-        self, app: AppLike, fn: WorkflowFn, name: str, queue: str, timeout: float | None = None
+        self,
+        app: AppLike,
+        fn: WorkflowFn,
+        name: str,
+        queue: str,
+        timeout: float | None = None,
+        cancel_grace: float = DEFAULT_GRACE,
     ) -> None:
         self.app = app
         self.fn = fn
         self.name = name
         self.queue = queue
         self.timeout = timeout  # seconds a run may take from its start (or retry)
+        self.cancel_grace = cancel_grace  # seconds its code may compensate after a cancel
         self.validator = ArgsValidator(fn, name, skip_first=1)  # `wf` comes first
         definition = self
 
@@ -163,24 +172,33 @@ class WorkflowRun:
 
 
 def register_workflow(app: AppLike, fn: WorkflowFn, queue: str, **options: Any) -> WorkflowDef:
-    """`@app.workflow`: its options are `name` and `timeout` (ConfigError for any other)."""
-    unknown = sorted(set(options) - {"name", "timeout"})
+    """`@app.workflow`: its options are `name`, `timeout` and `cancel_grace` (ConfigError
+    for any other)."""
+    unknown = sorted(set(options) - {"name", "timeout", "cancel_grace"})
     if unknown:
-        raise ConfigError(f"@app.workflow takes name, queue and timeout, not {', '.join(unknown)}")
+        raise ConfigError(
+            f"@app.workflow takes name, queue, timeout and cancel_grace, not {', '.join(unknown)}"
+        )
     name = options.get("name") or fn.__name__
-    definition = WorkflowDef(app, fn, name, queue, _seconds(options.get("timeout")))
+    grace = _seconds(options.get("cancel_grace", DEFAULT_GRACE), "cancel_grace")
+    definition = WorkflowDef(
+        app, fn, name, queue, _seconds(options.get("timeout")), grace or DEFAULT_GRACE
+    )
     app.workflows[definition.name] = definition
     return definition
 
 
-def _seconds(timeout: Any) -> float | None:
-    """A workflow's `timeout`: seconds (int or float) or a timedelta, above zero; or None."""
+def _seconds(timeout: Any, what: str = "timeout") -> float | None:
+    """A workflow's `timeout` (or `cancel_grace`): seconds (int or float) or a timedelta,
+    above zero and finite; or None."""
     if timeout is None:
         return None
     if isinstance(timeout, timedelta):
         timeout = timeout.total_seconds()
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
-        raise ConfigError(f"a workflow's timeout is seconds or a timedelta above 0: {timeout!r}")
+        raise ConfigError(f"a workflow's {what} is seconds or a timedelta above 0: {timeout!r}")
+    if not math.isfinite(timeout):
+        raise ConfigError(f"a workflow's {what} is a finite number of seconds: {timeout!r}")
     return float(timeout)
 
 

@@ -40,7 +40,7 @@ from taskq.workflows.journal import (
 )
 
 log = logging.getLogger("taskq.worker")
-STATES = ("running", "sleeping", "waiting", "succeeded", "failed", "cancelled")
+STATES = ("running", "sleeping", "waiting", "cancelling", "succeeded", "failed", "cancelled")
 FINAL = frozenset({"succeeded", "failed", "cancelled"})
 SUMMARY_TRIES = 20
 

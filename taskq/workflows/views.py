@@ -1,12 +1,6 @@
-"""Durable workflow runs as operators see them, from the server alone (no App needed): the
-runs listed by state and name, one run with its steps, timers and signals, and a signal,
-cancel or retry sent to a run by its id (`taskq workflows`, the dashboard, `WorkflowRun`).
-
-A listing reads the runs bucket (`<PREFIX>_RUNS`, history 1) backwards by stream sequence
-from its cursor, in batched direct gets, within a budget per page, like the task list
-(`taskq.operate.task_list`). A summary is rewritten whenever its run's state changes and the
-bucket keeps only the latest, so the stream's order is the runs' order of last change, and
-every summary read is current."""
+"""One durable workflow run as operators see it, from the server alone (no App needed):
+its steps, timers and signals with their states and times, its inputs and result
+(`taskq workflows show`, the dashboard's run page); the listing is taskq.workflows.run_lists."""
 
 from __future__ import annotations
 
@@ -15,13 +9,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from taskq.client import Client
-from taskq.errors import ConfigError, NotFound
+from taskq.errors import NotFound
 from taskq.ids import safe_id
-from taskq.nats import KVEntry
 from taskq.records.clock import format_epoch, parse_time
 from taskq.records.heartbeats import list_workers
 from taskq.records.results import fetch, fetch_run
-from taskq.topology.names import check_task
 from taskq.workflows import store
 from taskq.workflows.journal import (
     Event,
@@ -31,131 +23,7 @@ from taskq.workflows.journal import (
     step_id,
 )
 
-PAGE = 100  # runs a page lists unless asked for fewer
-LISTED = 1000  # runs one page lists, at most
-WINDOW = 64  # summaries a page's first batch reads; doubled up to MAX_WINDOW
-MAX_WINDOW = 1024
-BUDGET = 5000  # summaries read at most for one page
 RECORDS_AT_ONCE = 64  # steps' result records read concurrently by `show_run`
-
-
-@dataclass(frozen=True)
-class ListedRun:
-    """A run in a listing, and where its summary is in the runs bucket's stream (`seq`:
-    the cursor of the pages below it)."""
-
-    summary: store.RunSummary
-    seq: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**self.summary.to_dict(), "seq": self.seq}
-
-
-@dataclass(frozen=True)
-class RunPage:
-    """A page of runs, most recently changed first: `older` is the `before=` cursor of the
-    next page (None: none); `scanned` counts the summaries read for it."""
-
-    runs: list[ListedRun]
-    older: int | None
-    scanned: int
-
-    def to_dict(self) -> dict[str, Any]:
-        runs = [r.to_dict() for r in self.runs]
-        return {"runs": runs, "older": self.older, "scanned": self.scanned}
-
-
-def check_filters(state: str | None, name: str | None) -> None:
-    """ConfigError for a state or workflow name that cannot be one."""
-    if state and state not in store.STATES:
-        raise ConfigError(f"a run's state is one of {', '.join(store.STATES)}, not {state!r}")
-    if name:
-        check_task(name)  # a workflow's decisions are a task of its name
-
-
-async def runs_page(
-    client: Client,
-    state: str | None = None,
-    name: str | None = None,
-    *,
-    limit: int = PAGE,
-    before: int | None = None,
-    budget: int = BUDGET,
-) -> RunPage:
-    """Up to `limit` runs (at most LISTED) in `state` of workflow `name` (None: any),
-    most recently changed first, below sequence `before` (None: the newest), reading
-    about `budget` summaries at most: batches backwards from the cursor, doubling."""
-    check_filters(state, name)
-    limit = max(1, min(limit, LISTED))
-    try:
-        await client.connection.kv.allow_direct_reads(client.names.runs_bucket)
-        first, last = await client.connection.kv.span(client.names.runs_bucket)
-    except NotFound:  # no bucket: no run was ever decided under this prefix
-        return RunPage([], None, 0)
-    low, high = max(first, 1), last + 1 if before is None else min(before, last + 1)
-    found: list[ListedRun] = []
-    scanned, window = 0, WINDOW
-    while high > low and len(found) <= limit and scanned < budget:
-        start = max(low, high - window)
-        entries = await _window(client, start, high)
-        scanned += len(entries)
-        found += reversed([run for e in entries if (run := _listed(e, state, name))])
-        high, window = start, min(window * 2, MAX_WINDOW)
-    if len(found) > limit:
-        return RunPage(found[:limit], found[limit - 1].seq, scanned)
-    return RunPage(found, high if high > low else None, scanned)
-
-
-async def _window(client: Client, start: int, end: int) -> list[KVEntry]:
-    """The runs bucket's values with `start <= seq < end`, oldest first (a batch runs on
-    past `end` where older revisions left gaps: what lies beyond is dropped)."""
-    kv, bucket = client.connection.kv, client.names.runs_bucket
-    found: list[KVEntry] = []
-    seq = start
-    while seq < end:
-        got = await kv.window(bucket, seq, min(end - seq, MAX_WINDOW))
-        found += [entry for entry in got if entry.revision < end]
-        if not got or got[-1].revision >= end - 1:
-            return found
-        seq = got[-1].revision + 1
-    return found
-
-
-def _listed(entry: KVEntry, state: str | None, name: str | None) -> ListedRun | None:
-    summary = None if entry.deleted else store.parse_summary(entry.value, any_kind=True)
-    if summary is None or (state and summary.state != state) or (name and summary.name != name):
-        return None
-    return ListedRun(summary, entry.revision)
-
-
-async def collect_runs(
-    client: Client,
-    state: str | None = None,
-    name: str | None = None,
-    limit: int = PAGE,
-    before: int | None = None,
-) -> tuple[list[ListedRun], int | None]:
-    """Up to `limit` runs, page after page (each page's read is bounded; this reads on
-    until it has them or the bucket's start), and the `before` cursor of what is older."""
-    found: list[ListedRun] = []
-    limit = max(1, min(limit, LISTED))
-    while True:
-        page = await runs_page(client, state, name, limit=limit - len(found), before=before)
-        found += page.runs
-        before = page.older
-        if before is None or len(found) >= limit:
-            return found, before
-
-
-async def list_runs(
-    client: Client,
-    state: str | None = None,
-    name: str | None = None,
-    limit: int = PAGE,
-    before: int | None = None,
-) -> list[store.RunSummary]:
-    """`collect_runs`' summaries, without the cursor."""
-    return [run.summary for run in (await collect_runs(client, state, name, limit, before))[0]]
 
 
 @dataclass
@@ -249,6 +117,7 @@ async def show_run(client: Client, run_id: str) -> RunView:
     ended = {e.n: e for e in visible if e.kind == "done"}
     view = RunView(summary, last_seq=max((e.seq for e in journal), default=0))
     view.steps = [_step(run_id, c, at, visible, commands, ended, retries) for c, at in made]
+    _cancelled_waits(view.steps, events, visible)
     for start in range(0, len(view.steps), RECORDS_AT_ONCE):
         await asyncio.gather(
             *(_timed(client, s) for s in view.steps[start : start + RECORDS_AT_ONCE])
@@ -321,6 +190,29 @@ def _step(
     return view
 
 
+def _cancelled_waits(steps: list[StepView], events: list[Event], visible: list[Event]) -> None:
+    """Timers and waits the run's cancel ended (made before the code saw it, unanswered by
+    then) show `cancelled`, not `timed out` or `fired`; so do commands made in the round
+    the cancel came, which were never carried out (`abandoned`)."""
+    cancels = [e.seq for e in visible if e.kind == "cancel"]
+    if not cancels:
+        return
+    before = {e.n for e in visible if e.kind in ("fired", "done") and e.seq < cancels[0]}
+    rounds = [e for e in events if e.kind == "decided"]
+    by_n = {
+        c.n: (c, int(r.details.get("upto", 0)))
+        for r in rounds
+        for c in r.details.get("commands", [])
+    }
+    for step in steps:
+        command, upto = by_n.get(step.n, (None, 0))
+        if command is None:
+            continue
+        waited = command.kind in ("sleep", "wait") and upto < cancels[0] and step.n not in before
+        if command.details.get("abandoned") or (waited and step.state != "received"):
+            step.state = "cancelled"
+
+
 async def _outcome(client: Client, view: RunView, journal: list[Event]) -> None:
     """The run's inputs (its start's), and once it ended its end time and result."""
     start = journal[0].details if journal and journal[0].kind == "start" else {}
@@ -368,7 +260,7 @@ async def journal_last(client: Client, run_id: str) -> int:
     return newest.seq if newest is not None else 0
 
 
-def _state(command: Event, value: Any, error: Exception | None) -> tuple[str, Any]:
+def _state(command: Event, value: Any, error: BaseException | None) -> tuple[str, Any]:
     if error is not None:
         return ("cancelled" if type(error).__name__ == "TaskCancelled" else "failed"), None
     if command.kind == "sleep":

@@ -57,6 +57,11 @@ def timer_cause(n: int, retries: int) -> str:
     return f"t{n}" + (f"r{retries}" if retries else "")
 
 
+def grace_cause(retries: int) -> str:
+    """The cause of a cancelled run's decision at the end of its `cancel_grace`."""
+    return f"grace{retries}"
+
+
 def decision_id(run: RunStepState, why: str) -> str:
     """The task id of the run's decision published for `why` (with a digest of the run's
     secret: an id anyone could compute could be published first, and the server would drop

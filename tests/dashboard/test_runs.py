@@ -17,7 +17,8 @@ from playwright.async_api import Page, expect
 from taskq import App, Workflow
 from taskq.server import EmbeddedServer
 from taskq.workflows import store
-from taskq.workflows.views import collect_runs, runs_page, show_run
+from taskq.workflows.run_lists import collect_runs, runs_page
+from taskq.workflows.views import show_run
 from tests.conftest import cli, running_worker, wait_until
 from tests.dashboard.conftest import Dashboard, shoot
 from tests.roles import role, role_env

@@ -10,7 +10,7 @@ import pytest
 from taskq import App
 from taskq.errors import RunEnded
 from taskq.workflows import store
-from taskq.workflows.views import runs_page
+from taskq.workflows.run_lists import runs_page
 from tests.apps import orders
 from tests.conftest import cli, running_worker, wait_until
 

@@ -89,7 +89,7 @@ async def test_fifty_steps_with_a_worker_killed_every_second(
 async def test_runs_sleeping_through_a_server_kill_all_wake_and_finish(tmp_path: Path) -> None:
     from taskq.ports import lease_port
     from taskq.server import EmbeddedServer
-    from taskq.workflows.views import list_runs
+    from taskq.workflows.run_lists import list_runs
 
     port, store = lease_port(), tmp_path / "store"
     server = EmbeddedServer(port=port, store_dir=store).start()
