@@ -42,6 +42,7 @@ from taskq.flowcontrol.keys import ALL, token
 from taskq.flowcontrol.options import FlowLimits, key_of
 from taskq.flowcontrol.rates import RateWindows, wait_until
 from taskq.flowcontrol.slots import KeySlots, Slot
+from taskq.flowcontrol.start_gate import StartGate, StartSlipped
 from taskq.flowcontrol.store import ensure_limits
 from taskq.ids import new_id
 from taskq.policy import Hold
@@ -128,10 +129,29 @@ class Admission:
         windows = RateWindows(self.client, task.name, key, flow.rate)
         verdict = await windows.admit(job.delivery.header(TICKET))
         if verdict.start is not None:  # now, or within a moment: wait here, then run
+            loop = asyncio.get_running_loop()
+            readmit = lambda: windows.admit(None)  # noqa: E731
+            job.gate = StartGate(verdict.start, windows.slack, readmit, loop, key)
+            if verdict.start > time.time():  # its wait restarts the message's ack timer
+                with contextlib.suppress(TaskqError):  # missed: the lease's beat follows
+                    await job.delivery.in_progress()
             await wait_until(verdict.start)
             return None
+        return self._rate_hold(task, flow, key, verdict.until, verdict.ticket)
+
+    def _rate_hold(
+        self, task: Task[Any, Any], flow: FlowLimits, key: str, until: float, ticket: str
+    ) -> Hold:
         shown = f"rate_limit {flow.rate}" + ("" if key == ALL else f" (key {key})")
-        return Hold(shown, group("rate", key, task.name), verdict.until, ticket=verdict.ticket)
+        return Hold(shown, group("rate", key, task.name), until, ticket=ticket)
+
+    async def slipped(self, job: Job, task: Task[Any, Any], exc: StartSlipped) -> Hold:
+        """How a task whose reserved start slipped (its gate found no start soon) is held:
+        with the fresh reservation's ticket, its key's slot released meanwhile."""
+        assert task.limits is not None and job.gate is not None
+        await self.release(job)
+        log.info("task %s: its reserved start slipped; held for a fresh one", task.name)
+        return self._rate_hold(task, task.limits, job.gate.key, exc.until, exc.ticket)
 
     async def _slot(
         self,

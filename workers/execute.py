@@ -14,6 +14,7 @@ from typing import Any
 
 from taskq.context import TaskContext, enter, leave
 from taskq.errors import NonFiniteFloat, TaskTimeout
+from taskq.flowcontrol.start_gate import StartGate, StartSlipped
 from taskq.middleware import Chain
 from taskq.policy import Failure, Outcome, Success
 from taskq.records.finite import finite_json
@@ -33,7 +34,7 @@ async def run_attempt(
     token = enter(ctx)
     try:
         value = await chain.process(ctx, call)
-    except asyncio.CancelledError:
+    except (asyncio.CancelledError, StartSlipped):  # no outcome: interrupted, or held
         raise
     except TaskTimeout as exc:
         return Failure(exc, "")
@@ -45,13 +46,21 @@ async def run_attempt(
 
 
 async def call_function(
-    task: Task[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any], threads: Executor
+    task: Task[Any, Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    threads: Executor,
+    gate: StartGate | None = None,
 ) -> Any:
-    """The task's own function, once: on the loop (async) or in a thread (def)."""
+    """The task's own function, once: on the loop (async) or in a thread (def); a
+    rate-limited one's `gate` checked right before its body starts."""
     if task.is_async:
+        if gate is not None:
+            await gate.passed()
         return await _bounded(task, task.fn(*args, **kwargs))
     loop = asyncio.get_running_loop()
-    call = functools.partial(contextvars.copy_context().run, task.fn, *args, **kwargs)
+    body = task.fn if gate is None else functools.partial(_gated, gate, task.fn)
+    call = functools.partial(contextvars.copy_context().run, body, *args, **kwargs)
     # A thread cannot be killed: on timeout the attempt fails and the thread is left
     # to finish on its own, no longer counted in the pool (workers/threads.py)
     future = threads.submit(call)
@@ -61,6 +70,12 @@ async def call_function(
         if isinstance(threads, TaskThreads):
             threads.abandon(future, task.name)
         raise
+
+
+def _gated(gate: StartGate, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """`fn` in its thread once its reserved start is known not to have slipped."""
+    gate.passed_in_thread()
+    return fn(*args, **kwargs)
 
 
 _PLAIN = (type(None), bool, int, str)  # results that cannot hold a float: nothing to check

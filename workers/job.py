@@ -9,6 +9,7 @@ from typing import Any
 
 from taskq.context import TaskContext
 from taskq.flowcontrol.slots import KeySlots
+from taskq.flowcontrol.start_gate import StartGate
 from taskq.nats import Delivery
 from taskq.records.envelope import Envelope
 from taskq.task import Task
@@ -32,6 +33,7 @@ class Job:
     spent: int = 0  # attempts spent by earlier messages of this task (a held task's copy)
     permit: bool = False  # holds a per-key concurrency slot (taskq.workers.admission)
     parked: KeySlots | None = None  # held for a slot of these: woken if one is free now
+    gate: StartGate | None = None  # a rate-limited task's reserved start, checked last
 
     @property
     def queue(self) -> str:

@@ -23,6 +23,7 @@ from taskq.errors import ArgumentsError, DecodeError, TaskCancelled, UnknownTask
 from taskq.flowcontrol.debounce import BURST, judge_wake_up
 from taskq.flowcontrol.gates import DROPPED, KEPT
 from taskq.flowcontrol.held import FIRED, UNKNOWN, spent
+from taskq.flowcontrol.start_gate import StartGate, StartSlipped
 from taskq.ids import safe_id
 from taskq.nats import Delivery
 from taskq.policy import Cancel, Dead, Decision, Failure, Hold, Outcome, decide
@@ -96,7 +97,10 @@ class Judge:
             hold = await self._admission.admit(job, task, args, kwargs)
             if hold is not None:
                 return hold, None
-        outcome = await self._run(job, task, args, kwargs)
+        try:
+            outcome = await self._run(job, task, args, kwargs)
+        except StartSlipped as exc:  # its rate-limited start slipped: held, not run late
+            return await self._admission.slipped(job, task, exc), None
         return decide(task.policy, job.attempt, outcome), outcome
 
     async def _before_running(self, job: Job) -> tuple[Decision, Outcome | None] | None:
@@ -222,7 +226,7 @@ class Judge:
         self._leases.hold(d, job.setup.ack_wait, job.queue)
         try:
             outcome = await run_attempt(
-                ctx, self.app.middleware, self._call(task, args, kwargs, ctx)
+                ctx, self.app.middleware, self._call(task, args, kwargs, ctx, job.gate)
             )
         except asyncio.CancelledError:
             if not job.cancel_requested:
@@ -239,29 +243,43 @@ class Judge:
         return outcome
 
     def _call(
-        self, task: Task[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any], ctx: TaskContext
+        self,
+        task: Task[Any, Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        ctx: TaskContext,
+        gate: StartGate | None,
     ) -> Callable[[], Awaitable[Any]]:
         """The attempt; its value checked for what JSON cannot carry when it goes anywhere
         (its record, its workflow's next step)."""
-        call = self._runner(task, args, kwargs, ctx)
+        call = self._runner(task, args, kwargs, ctx, gate)
         if task.store_result or ctx.envelope.workflow is not None:
             return refusing_non_finite(call)
         return call
 
     def _runner(
-        self, task: Task[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any], ctx: TaskContext
+        self,
+        task: Task[Any, Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        ctx: TaskContext,
+        gate: StartGate | None,
     ) -> Callable[[], Awaitable[Any]]:
         pool = self._runners.pool
-        if task.executor == "process" and pool is not None:
-            return lambda: pool.run(task, args, kwargs, ctx)
-        if task.executor != "spark":
-            return lambda: call_function(task, args, kwargs, self._runners.threads)
+        if task.executor not in ("process", "spark") or (
+            task.executor == "process" and pool is None
+        ):
+            return lambda: call_function(task, args, kwargs, self._runners.threads, gate)
 
-        async def on_spark() -> Any:
+        async def elsewhere() -> Any:  # in a process, or as a Spark job: gated before it goes
+            if gate is not None:
+                await gate.passed()
+            if task.executor == "process" and pool is not None:
+                return await pool.run(task, args, kwargs, ctx)
             outcome = await self._runners.spark.run(task, args, kwargs, ctx.id, self._runners.lend)
             return unwrap(outcome)
 
-        return on_spark
+        return elsewhere
 
     def _decode(self, d: Delivery, queue: str) -> Envelope:
         if d.unreadable is not None:  # sealed with a key this worker does not have

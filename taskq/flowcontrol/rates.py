@@ -17,6 +17,10 @@ after its last planned start.
   record (compare-and-set: a ticket runs once, and a forged or spent one is admitted afresh),
   it waits to `s` and runs. A copy that comes past `s` (a busy worker) is admitted afresh:
   a late start never overlaps another's window.
+* Starts are reserved `slack` (10% of the window, 0.1 s at most) further apart than the
+  window asks, so a body may start up to `slack` after its reserved start; the last
+  check before the body re-admits one that slipped half of it or more (the other half is
+  for the moment between that check and the body: taskq.flowcontrol.start_gate).
 * Reservations reach at most `rate_horizon(W)` ahead and MAX_LOG entries; past that a task
   is held without one, to try again later (each held task is re-published once otherwise).
 """
@@ -38,7 +42,6 @@ from taskq.topology.specs import rate_horizon
 
 HOLD_AHEAD = 2.0  # seconds a task may wait in the worker for its start
 EARLY = 1.5  # a held copy's schedule fires this long before its start (whole seconds)
-LATE = 0.25  # seconds past its start a ticketed copy still runs on its ticket
 MAX_LOG = 10_000  # planned starts one record keeps, at most (~150 KB)
 CONTENTION = 64  # compare-and-set attempts before giving up for now
 
@@ -84,6 +87,10 @@ class RateWindows:
         self.rate = rate
         self.subject = client.names.limit_subject("rate", key, task)
         self.window = int(rate.period * 1000)
+        self.slack = slack(rate.period)
+        # planned starts are this far apart per `limit`: a body starting up to `slack`
+        # after its planned start still keeps every real window within the limit
+        self.spacing = self.window + int(self.slack * 1000)
 
     async def admit(self, ticket: str | None) -> Verdict:
         """Run now or soon, or hold with a reservation; a valid ticket runs at its start."""
@@ -100,8 +107,8 @@ class RateWindows:
         """One read-decide-write round; None when another worker wrote in between."""
         stored = await self.client.connection.messages.last(stream, self.subject)
         now = int(time.time() * 1000)
-        entries = [e for e in _entries(stored) if e[0] > now - self.window]
-        start = earliest([e[0] for e in entries], now, self.rate.limit, self.window)
+        entries = [e for e in _entries(stored) if e[0] > now - self.spacing]
+        start = earliest([e[0] for e in entries], now, self.rate.limit, self.spacing)
         if start - now > rate_horizon(self.rate.period) * 1000 or len(entries) >= MAX_LOG:
             return Verdict(None, now / 1000 + rate_horizon(self.rate.period) / 2)
         nonce = secrets.token_hex(4)
@@ -121,7 +128,7 @@ class RateWindows:
         for _ in range(CONTENTION):
             stored = await self.client.connection.messages.last(stream, self.subject)
             entries = _entries(stored)
-            if time.time() * 1000 > start + LATE * 1000 or (start, nonce) not in entries:
+            if time.time() > start / 1000 + self.slack / 2 or (start, nonce) not in entries:
                 return None
             spent = [(t, n) if (t, n) != (start, nonce) else (t, "") for t, n in entries]
             if await self._write(stream, stored, spent, int(time.time() * 1000)):
@@ -145,6 +152,12 @@ class RateWindows:
         stored = await self.client.connection.messages.last(stream, self.subject)
         now = time.time() * 1000
         return sum(1 for t, _ in _entries(stored) if now - self.window < t <= now)
+
+
+def slack(period: float) -> float:
+    """Seconds further apart than the window asks that starts are reserved under a
+    `period`-long limit: a body may start up to this late and keep every window."""
+    return min(0.1, 0.1 * period)
 
 
 def _entries(stored: StoredMessage | None) -> list[tuple[int, str]]:

@@ -53,3 +53,9 @@ def ranked(token: str, seconds: float) -> str:
     time.sleep(seconds)
     note("end", token)
     return token
+
+
+@app.task(rate_limit="10/s", ack_wait=5.0)
+def tenner(token: str) -> str:
+    note("start", token)  # the time the body started, by this machine's one clock
+    return token
