@@ -10,7 +10,13 @@ from collections.abc import Callable
 
 from taskq import __version__
 from taskq.client import Client
-from taskq.records.heartbeats import WorkerRecord, list_workers, started_record
+from taskq.records.heartbeats import (
+    COPIED_IN,
+    SETTLED_IN,
+    WorkerRecord,
+    list_workers,
+    started_record,
+)
 from taskq.workers.cancel_watch import CancelWatch
 from taskq.workers.heartbeat import Heartbeat
 from taskq.workers.progress import ProgressWriter
@@ -36,7 +42,9 @@ class ControlPlane:
         self.cancels = CancelWatch(running.cancel)
         self.progress = ProgressWriter(client)
         self.record = record  # this worker as its heartbeat describes it
-        self._heartbeat = Heartbeat(client, record, self._counts, running.listed, problem)
+        self._heartbeat = Heartbeat(
+            client, record, self._counts, running.listed, problem, self._tallies
+        )
 
     async def start(self) -> None:
         """Follow cancel requests (loaded before returning), beat once (stored before
@@ -51,6 +59,10 @@ class ControlPlane:
 
     def _counts(self) -> dict[str, int]:
         return {name: self._stats[name] for name in COUNTED}
+
+    def _tallies(self) -> dict[str, int]:
+        """Its per-queue tallies (settled, copied), for the rates its record carries."""
+        return {k: v for k, v in self._stats.items() if k.startswith((SETTLED_IN, COPIED_IN))}
 
 
 def worker_record(

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
+from collections import deque
 from collections.abc import Callable
 
 from taskq.client import Client
@@ -15,6 +17,7 @@ from taskq.workers.ticker import Ticker
 
 log = logging.getLogger("taskq.worker")
 LISTED = 1000  # running tasks named in one beat, at most (the record stays small)
+RATE_SPAN = 10.0  # seconds the rates a record carries are measured over (3 beats at least)
 
 
 class Heartbeat:
@@ -27,10 +30,14 @@ class Heartbeat:
         counts: Callable[[], dict[str, int]],
         running: Callable[[], list[RunningTask]],
         problem: Callable[[], str | None] = lambda: None,
+        tallies: Callable[[], dict[str, int]] = dict,
     ) -> None:
         self._client = client
         self.record = record
         self._counts = counts
+        self._tallies = tallies
+        # (when, tallies) of recent beats: rates are over the last RATE_SPAN seconds
+        self._samples: deque[tuple[float, dict[str, int]]] = deque()
         self._running = running
         self._problem = problem
         self._ticker = Ticker("heartbeat", self._beat, lambda: client.settings.heartbeat)
@@ -51,9 +58,30 @@ class Heartbeat:
                 self._client.names.workers_bucket, self.record.key
             )
 
+    def _rates(self) -> dict[str, dict[str, float]]:
+        """Per queue, tasks settled and copies published per second over the last
+        RATE_SPAN seconds (or since the first beat): a rate limit starts its tasks in
+        bursts, so one beat's count alone jumps between none and many."""
+        now, tallies = time.monotonic(), self._tallies()
+        span = max(RATE_SPAN, 3 * self._client.settings.heartbeat)
+        while len(self._samples) > 1 and now - self._samples[1][0] >= span:
+            self._samples.popleft()
+        first = self._samples[0] if self._samples else None
+        self._samples.append((now, tallies))
+        if first is None or now <= first[0]:
+            return {}
+        elapsed, before = now - first[0], first[1]
+        rates: dict[str, dict[str, float]] = {}
+        for key, count in tallies.items():
+            kind, _, queue = key.partition(":")
+            rate = round((count - before.get(key, 0)) / elapsed, 3)
+            rates.setdefault(queue, {"settled": 0.0, "copied": 0.0})[kind] = rate
+        return rates
+
     async def _beat(self) -> None:
         self.record.heartbeat_at = now_iso()
         self.record.counts = self._counts()
+        self.record.rates = self._rates()
         self.record.running = self._running()[:LISTED]
         self.record.problem = self._problem()
         body = self.record.model_dump_json().encode()

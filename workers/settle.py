@@ -37,6 +37,7 @@ from taskq.middleware import Chain, Settled
 from taskq.nats import PubAck
 from taskq.operate.tracebacks import fold
 from taskq.policy import Ack, Cancel, Dead, Decision, Failure, Hold, Nak, Outcome, Success
+from taskq.records.heartbeats import COPIED_IN, SETTLED_IN
 from taskq.retrying import retry_transient
 from taskq.workers.admission import Admission
 from taskq.workers.job import Job
@@ -263,6 +264,8 @@ class Settler:
         elif isinstance(decision, Dead):
             self.stats["dead"] += 1
             self.stats[f"dead:{decision.reason}"] += 1
+        if not isinstance(decision, Nak):  # its task has its end: `taskq queues`' DONE/s
+            self.stats[f"{SETTLED_IN}{job.queue}"] += 1
         _log(job, decision, outcome)
         if self._middleware.settles_observed:
             await self._middleware.after_settle(_settled(job, decision, outcome))
@@ -272,6 +275,7 @@ class Settler:
         nothing is recorded, no attempt is spent (taskq.flowcontrol.held)."""
         if not hold.done:
             await self._admission.hold(job, hold)
+            self.stats[f"{COPIED_IN}{job.queue}"] += 1  # a copy, not a task: not IN/s
         await job.delivery.ack()
         self.stats["held"] += 1
         await self._admission.after_hold(job)

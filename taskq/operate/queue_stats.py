@@ -15,6 +15,7 @@ from taskq.errors import NotFound, PermissionDenied
 from taskq.flowcontrol.held import held_limit
 from taskq.operate.queue_control import FOREVER, ends
 from taskq.records.clock import format_time
+from taskq.records.heartbeats import list_workers
 from taskq.topology.partitions import Part, parts_on_server, queues_on_server
 
 
@@ -169,13 +170,43 @@ async def snapshot(
     await asyncio.sleep(interval)
     second = [await queue_stats(client, q, on_server.get(q, [])) for q in names]
     elapsed = time.monotonic() - started
+    rates = await _worker_rates(client)
     for before, after in zip(first, second, strict=True):
-        enqueued = after._last_seq - before._last_seq
-        after.enqueued_per_s = enqueued / elapsed
-        # what left the stream: added minus the change in what is stored
-        after.settled_per_s = max(0, enqueued - (after._messages - before._messages)) / elapsed
+        _rates(before, after, elapsed, rates)
     await _storage(client, second)
     return second
+
+
+def _rates(
+    before: QueueStats, after: QueueStats, elapsed: float, rates: dict[str, dict[str, float]]
+) -> None:
+    """IN/s: tasks added to the queue, less the copies workers published while holding
+    tasks (a held task is stored again: it is no new task); DONE/s: tasks settled, as the
+    workers count them over their last heartbeat. With no worker's figures (a role that
+    may not read them, or none running), what left the stream stands for what settled."""
+    added = (after._last_seq - before._last_seq) / elapsed
+    mine = rates.get(after.queue)
+    if mine is None:
+        left = added - (after._messages - before._messages) / elapsed
+        after.enqueued_per_s, after.settled_per_s = added, max(0.0, left)
+        return
+    after.enqueued_per_s = max(0.0, added - mine.get("copied", 0.0))
+    after.settled_per_s = mine.get("settled", 0.0)
+
+
+async def _worker_rates(client: Client) -> dict[str, dict[str, float]]:
+    """Per queue, the live workers' settled and copied tasks per second, summed."""
+    try:
+        workers = await list_workers(client)
+    except (NotFound, PermissionDenied):
+        return {}
+    summed: dict[str, dict[str, float]] = {}
+    for worker in workers:
+        for queue, figures in worker.rates.items():
+            into = summed.setdefault(queue, {})
+            for kind, rate in figures.items():
+                into[kind] = into.get(kind, 0.0) + rate
+    return summed
 
 
 async def _storage(client: Client, stats: list[QueueStats]) -> None:

@@ -20,6 +20,10 @@ from taskq.records.clock import now_iso, parse_time
 from taskq.retrying import retry_transient
 from taskq.topology.specs import workers_bucket
 
+# a worker's tallies per queue (its stats' keys): tasks settled (their end), and copies
+# published while holding tasks (they land in the queue again, and are no new task)
+SETTLED_IN, COPIED_IN = "settled:", "copied:"
+
 
 def worker_name() -> str:
     """This process, as named in the records it writes (`host:pid`)."""
@@ -56,6 +60,9 @@ class WorkerRecord(BaseModel):
     # the tasks it runs, as `<queue>:<task>` (at most MAX_TASKS_LISTED): a worker starting
     # beside one that runs other tasks on a queue they share says so
     tasks: list[str] = Field(default_factory=list)
+    # per queue, over its last beat: tasks settled and held copies published per second
+    # (`taskq queues`' DONE/s, and what its IN/s leaves out)
+    rates: dict[str, dict[str, float]] = Field(default_factory=dict)
 
     @property
     def key(self) -> str:
