@@ -10,6 +10,7 @@ from taskq.client import ClientSource, Published
 from taskq.errors import TaskDropped
 from taskq.operate import unrecorded
 from taskq.records.cancels import CancelReport, cancel
+from taskq.records.heartbeats import running_on
 from taskq.records.progress import Progress, latest, watch
 from taskq.records.results import ResultRecord, fetch, wait
 
@@ -73,10 +74,11 @@ class TaskHandle:
         return self._app().portal.run(self.result(timeout))
 
     async def status(self) -> str:
-        """`queued` (no record yet), `failed` (retrying), `succeeded`, `dead`, `cancelled`
-        or `dropped`. A `store_result=False` task, whose success writes no record, is
-        `succeeded` once its message left the queue without a failure (taskq.operate.unrecorded);
-        a bare id's handle with no record and no message anywhere is `unknown`."""
+        """`queued` (no record yet), `running` (a worker's last heartbeat lists it),
+        `failed` (retrying), `succeeded`, `dead`, `cancelled` or `dropped`. A
+        `store_result=False` task, whose success writes no record, is `succeeded` once its
+        message left the queue without a failure (taskq.operate.unrecorded); a bare id's
+        handle with no record and no message anywhere is `unknown`."""
         if self._unrecorded():
             return await unrecorded.state(self._app(), self.id)
         if self.dropped:
@@ -84,8 +86,8 @@ class TaskHandle:
         record = await fetch(self._app(), self.id)
         if record is not None:
             return record.state
-        if self.task:
-            return "queued"  # a task that records its end: none yet
+        if self.task:  # a task that records its end: none yet
+            return "running" if await running_on(self._app(), self.id) else "queued"
         # a bare id (`app.handle(id)`): its task may keep no record; `unknown` when it is in
         # no queue and has no record (gone unrecorded, purged, expired, or never enqueued)
         return await unrecorded.state(self._app(), self.id, gone="unknown")

@@ -60,8 +60,8 @@ def result(
         record = await fetch(client, task_id)
         if record is not None:
             return record, record.state
-        # no record: `queued` only if its message is somewhere to be run (taskq.operate.unrecorded)
-        return None, await unrecorded.state(client, task_id, gone="unknown")
+        # no record: `queued` (or `running`) only if its message is somewhere to be run
+        return None, await unrecorded.shown_state(client, task_id, gone="unknown")
 
     try:
         record, state = ctx.run(go)

@@ -16,6 +16,7 @@ import time
 from taskq.client import ClientSource
 from taskq.errors import ResultTimeout
 from taskq.operate.locate import find_waiting
+from taskq.records.heartbeats import running_on
 from taskq.records.results import FINAL, ResultRecord, fetch
 
 
@@ -30,6 +31,15 @@ async def state(source: ClientSource, task_id: str, gone: str = "succeeded") -> 
     # leaves the queue, so a second read finds it
     record = await fetch(source, task_id)
     return record.state if record is not None else gone
+
+
+async def shown_state(source: ClientSource, task_id: str, gone: str = "succeeded") -> str:
+    """`state`, with `running` for a task a worker's last heartbeat listed as running
+    (what `taskq task` says of it: `queued` would be wrong there)."""
+    found = await state(source, task_id, gone)
+    if found == "queued" and await running_on(source, task_id):
+        return "running"
+    return found
 
 
 async def outcome(source: ClientSource, task_id: str, timeout: float | None) -> ResultRecord:

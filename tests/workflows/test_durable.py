@@ -349,5 +349,9 @@ async def test_a_running_step_is_found_as_its_task_and_shown_running(
         assert json.loads(told.stdout)["state"] == "running"
         view = await show_run(await app.client(), run.id)
         assert (view.steps[0].state, bool(view.steps[0].running_on)) == ("running", True)
+        # `taskq result` and a handle's status say so too (they said `queued`)
+        result = await cli(nats_url, prefix, "result", step, "--json")
+        assert json.loads(result.stdout)["state"] == "running", result.stdout
+        assert await app.handle(step, task="long_step").status() == "running"
         release.set()
         assert await run.result(timeout=30) == "ok"
