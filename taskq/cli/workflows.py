@@ -102,6 +102,15 @@ def _canvas(story: WorkflowStory) -> list[str]:
     return lines
 
 
+def _progress(report: dict[str, Any] | None) -> str:
+    """A running step's latest progress, as `taskq result --follow` prints it."""
+    if report is None:
+        return ""
+    value = report.get("value")
+    shown = f"{value * 100:.0f}%" if isinstance(value, float) else json.dumps(value)[:40]
+    return f"  progress {shown}" + (f" {report['message'][:60]}" if report.get("message") else "")
+
+
 def _told(view: RunView) -> list[str]:
     s = view.summary
     lines = [f"run {s.id}  {s.name}  {s.state}", f"queue {s.queue}  started {s.started_at}"]
@@ -117,7 +126,7 @@ def _told(view: RunView) -> list[str]:
         if step.error:
             outcome = f"{step.error['type']}: {step.error['message']}"[:80]
         if step.running_on:
-            outcome = f"on {step.running_on}"
+            outcome = f"on {step.running_on}" + _progress(step.progress)
         tries = f" x{step.attempts}" if step.attempts > 1 else ""
         lines.append(
             f"  {step.n:>4}  {step.kind:6}  {step.target[:24]:24}  {step.state:9}{tries}  "

@@ -13,6 +13,7 @@ from taskq.errors import NotFound
 from taskq.ids import safe_id
 from taskq.records.clock import format_epoch, parse_time
 from taskq.records.heartbeats import list_workers
+from taskq.records.progress import latest
 from taskq.records.results import fetch, fetch_run
 from taskq.workflows import store
 from taskq.workflows.journal import (
@@ -46,6 +47,7 @@ class StepView:
     started_at: str | None = None
     ended_at: str | None = None
     running_on: str | None = None  # a step running now: the worker (its last heartbeat)
+    progress: dict[str, Any] | None = None  # ...and its latest progress report
 
     def to_dict(self) -> dict[str, Any]:
         """As JSON shows it: every time RFC 3339 (`made_at` too), and `duration`, the
@@ -226,8 +228,8 @@ async def _outcome(client: Client, view: RunView, journal: list[Event]) -> None:
 
 
 async def _running(client: Client, steps: list[StepView]) -> None:
-    """Pending steps a worker runs now: `running`, and on which worker (as `taskq task`
-    says of a plain task: from the workers' heartbeats)."""
+    """Pending steps a worker runs now: `running`, on which worker (as `taskq task` says of
+    a plain task: from the workers' heartbeats), and their latest progress report."""
     pending = {s.id: s for s in steps if s.kind == "run" and s.state == "pending"}
     if not pending:
         return
@@ -235,6 +237,10 @@ async def _running(client: Client, steps: list[StepView]) -> None:
         for task in worker.running:
             if task.id in pending:
                 pending[task.id].state, pending[task.id].running_on = "running", worker.id
+    running = [s for s in pending.values() if s.running_on][:RECORDS_AT_ONCE]
+    reports = await asyncio.gather(*(latest(client, s.id) for s in running))
+    for step, report in zip(running, reports, strict=True):
+        step.progress = report.model_dump() if report is not None else None
 
 
 async def _timed(client: Client, step: StepView) -> None:

@@ -312,6 +312,17 @@ async def _child_of(app: App, run_id: str) -> str:
     return found
 
 
+def _step_progress(app: App, run_id: str) -> Any:
+    async def check() -> bool:
+        from taskq.workflows.views import show_run
+
+        view = await show_run(await app.client(), run_id)
+        report = view.steps[0].progress
+        return report is not None and report["value"] == 0.5
+
+    return check
+
+
 async def test_a_running_step_is_found_as_its_task_and_shown_running(
     app: App, nats_url: str, prefix: str
 ) -> None:
@@ -329,6 +340,9 @@ async def test_a_running_step_is_found_as_its_task_and_shown_running(
 
     @app.task
     async def long_step() -> str:
+        import taskq
+
+        taskq.current().progress(0.5, "half way")
         await release.wait()
         return "ok"
 
@@ -349,6 +363,9 @@ async def test_a_running_step_is_found_as_its_task_and_shown_running(
         assert json.loads(told.stdout)["state"] == "running"
         view = await show_run(await app.client(), run.id)
         assert (view.steps[0].state, bool(view.steps[0].running_on)) == ("running", True)
+        await wait_until(_step_progress(app, run.id), timeout=30)  # its progress, as a task's
+        shown = await cli(nats_url, prefix, "workflows", "show", run.id)
+        assert "progress 50% half way" in shown.stdout, shown.stdout
         # `taskq result` and a handle's status say so too (they said `queued`)
         result = await cli(nats_url, prefix, "result", step, "--json")
         assert json.loads(result.stdout)["state"] == "running", result.stdout
