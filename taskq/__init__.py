@@ -30,6 +30,7 @@ from taskq.errors import (
 from taskq.handle import TaskHandle
 from taskq.middleware import Middleware, Settled
 from taskq.task import Signature, Task
+from taskq.timings import Timings
 from taskq.workflows.canvas import GroupHandle, chain, chord, group
 from taskq.workflows.replay import NonDeterminism
 from taskq.workflows.runs import WorkflowRun
@@ -67,6 +68,7 @@ __all__ = [
     "TaskHandle",
     "TaskTimeout",
     "TaskqError",
+    "Timings",
     "TransientError",
     "Unpicklable",
     "ValidationError",

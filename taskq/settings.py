@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from taskq.errors import ConfigError
 from taskq.records.sealing import Sealer, parse_key
+from taskq.timings import Timings
 from taskq.topology.names import check_prefix
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
@@ -93,6 +94,8 @@ class Settings(BaseModel):
     unknown_task_grace: float = Field(default=300.0, ge=0)
     # seconds between worker heartbeats (`taskq workers`); a silent worker is gone after 3
     heartbeat: float = Field(default=5.0, gt=0)
+    # every other delay the engine waits out (taskq.timings; tests shorten them)
+    timings: Timings = Field(default_factory=Timings)
     # consumer backstop: the server stops redelivering after this many deliveries
     max_deliver_floor: int = Field(default=20, ge=2)
     # an explicit backstop replaces the computed one (the sweeper dead-letters what hits it)

@@ -45,8 +45,6 @@ from taskq.workflows.steps import ended_already, is_bound
 
 log = logging.getLogger("taskq.worker")
 
-SOON = 2.0  # a task due within this many seconds waits in the worker, not as a schedule
-
 
 @dataclass
 class Runners:
@@ -121,7 +119,7 @@ class Judge:
         early = self._refused(job) or await self._step_checked(job)
         if early is not None:
             return early
-        held = await _until_due(job)
+        held = await _until_due(job, self.app.settings.timings.in_worker_wait)
         if held is not None:
             return held, None
         return self._refused(job, cancelled_only=True)  # a cancel while it waited
@@ -148,7 +146,7 @@ class Judge:
 
     def _unknown(self, job: Job) -> tuple[Decision, Outcome | None]:
         """A task this worker's app does not declare: held (no attempt spent) and back in
-        its queue in UNKNOWN_AGAIN seconds, for a worker that knows it (a rolling deploy's
+        its queue in `timings.unknown_again` seconds, for a worker that knows it (a rolling deploy's
         newer one, another app's on a shared queue), until `unknown_task_grace` seconds
         after a worker first could not run it; then its dead letter."""
         envelope, d = job.envelope, job.delivery
@@ -166,7 +164,7 @@ class Judge:
             # jittered: copies due at one whole second reach whichever worker's pull waits
             # then, and one worker's pulls can be in step with them (one copy went to the
             # worker that cannot run it ten times in a row in a test before this)
-            again = time.time() + UNKNOWN_AGAIN * (1 + random.random())
+            again = time.time() + self.app.settings.timings.unknown_again * (1 + random.random())
             held = f"no worker knows task {envelope.task!r} yet"
             return Hold(held, until=again, since=since), None
         why = f"no worker of queue {job.queue} knew it for {grace:g} s"
@@ -303,13 +301,13 @@ class Judge:
         return envelope
 
 
-async def _until_due(job: Job) -> Hold | None:
+async def _until_due(job: Job, soon: float) -> Hold | None:
     """A delayed task due later: held (stored as a schedule) until its `eta`; due within
-    SOON seconds, it waits here instead (never early, no schedule's round trip)."""
+    `soon` seconds, it waits here instead (never early, no schedule's round trip)."""
     due = _due(job)
     if due is None:
         return None
-    if due - time.time() > SOON:
+    if due - time.time() > soon:
         assert job.envelope is not None
         return Hold(f"its eta {job.envelope.eta}", until=due)
     await asyncio.sleep(max(0.0, due - time.time()))
@@ -338,9 +336,6 @@ def _since(header: str | None) -> float:
 def _dropped(reason: str, kept: str) -> Cancel:
     shown = reason[:300] + (f" (kept {kept[:128]})" if kept else "")
     return Cancel("dropped", shown, kept[:128])
-
-
-UNKNOWN_AGAIN = 5.0  # seconds (to twice that) before an unknown task's copy is back
 
 
 def _crashed(task: Task[Any, Any], delivered: int, unstored: str | None = None) -> Dead:

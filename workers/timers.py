@@ -65,7 +65,7 @@ async def run_mover(
                 await puller.close()
                 puller = None
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(stopping.wait(), timeout=0.5)
+                await asyncio.wait_for(stopping.wait(), client.settings.timings.loop_retry)
     if puller is not None:
         await puller.close()
 

@@ -44,7 +44,6 @@ from taskq.workers.timers import run_mover
 from taskq.workflows.janitor import run_janitor
 
 log = logging.getLogger("taskq.worker")
-LEVEL_LINGER = 0.25  # a priority level's pull waits this long before its loop ends
 
 
 class Worker:
@@ -67,6 +66,7 @@ class Worker:
         limits: Limits | None = None,
     ) -> None:
         self.app = app
+        self._timings = app.settings.timings
         self.queues = list(queues or app.queues() or ["default"])
         self.concurrency = concurrency
         self.grace = grace
@@ -276,7 +276,7 @@ class Worker:
                 self._slots.release(taken)
                 break
             asked = taken
-            linger = LEVEL_LINGER if setup.on_demand else self.fetch_timeout
+            linger = self._timings.level_linger if setup.on_demand else self.fetch_timeout
             try:
                 if puller is None:
                     puller = await self._connected().connection.pull(setup.stream, setup.durable)
@@ -317,7 +317,7 @@ class Worker:
                 await puller.close()
             puller = None
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._stopping.wait(), timeout=0.5)
+            await asyncio.wait_for(self._stopping.wait(), timeout=self._timings.loop_retry)
         return puller
 
     def _start(self, setup: QueueSetup, delivery: Delivery) -> None:

@@ -38,7 +38,6 @@ from taskq.retrying import retry_transient
 
 BURST = "Taskq-Debounce"  # on a wake-up: the key token of its burst
 RECORD_TTL = 86400.0  # a burst's record outlives any sensible wait for a worker, by far
-SOON = 2.0  # a burst due within this many seconds is waited for in the worker
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{1,64}|~[0-9a-f]{32}")
 
 
@@ -117,7 +116,7 @@ async def judge_wake_up(
         burst = Burst.of(await client.connection.messages.last(stream, subject))
         if burst is None or burst.id != envelope.id:  # its burst ran, or expired
             return Verdict(done=True) if has_record else Verdict(run=envelope)
-        if burst.due - time.time() > SOON:
+        if burst.due - time.time() > client.settings.timings.in_worker_wait:
             return Verdict(until=burst.due)
         if burst.due > time.time():  # due in a moment: wait here, then look again
             await asyncio.sleep(burst.due - time.time())

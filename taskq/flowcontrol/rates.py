@@ -11,7 +11,8 @@ worker's write in between: read again). The record carries a TTL: it vanishes W 
 after its last planned start.
 
 * `s` now: the task runs.
-* `s` within HOLD_AHEAD seconds: the task waits in the worker (its slot held) and runs then.
+* `s` within `timings.in_worker_wait` seconds (2): the task waits in the worker (its slot
+  held) and runs then.
 * later: it is held as a schedule firing shortly before `s`, carrying a ticket
   (`Taskq-Rate-Ticket: <s>:<nonce>`). When the copy comes, its reservation is taken off the
   record (compare-and-set: a ticket runs once, and a forged or spent one is admitted afresh),
@@ -40,7 +41,6 @@ from taskq.nats import StoredMessage
 from taskq.retrying import retry_transient
 from taskq.topology.specs import rate_horizon
 
-HOLD_AHEAD = 2.0  # seconds a task may wait in the worker for its start
 EARLY = 1.5  # a held copy's schedule fires this long before its start (whole seconds)
 MAX_LOG = 10_000  # planned starts one record keeps, at most (~150 KB)
 CONTENTION = 64  # compare-and-set attempts before giving up for now
@@ -88,6 +88,7 @@ class RateWindows:
         self.subject = client.names.limit_subject("rate", key, task)
         self.window = int(rate.period * 1000)
         self.slack = slack(rate.period)
+        self.ahead = client.settings.timings.in_worker_wait  # a start this near: wait for it
         # planned starts are this far apart per `limit`: a body starting up to `slack`
         # after its planned start still keeps every real window within the limit
         self.spacing = self.window + int(self.slack * 1000)
@@ -101,7 +102,7 @@ class RateWindows:
             verdict = await self._reserve(stream)
             if verdict is not None:
                 return verdict
-        return Verdict(None, time.time() + HOLD_AHEAD)  # too busy: a little later
+        return Verdict(None, time.time() + self.ahead)  # too busy: a little later
 
     async def _reserve(self, stream: str) -> Verdict | None:
         """One read-decide-write round; None when another worker wrote in between."""
@@ -114,7 +115,7 @@ class RateWindows:
         nonce = secrets.token_hex(4)
         if not await self._write(stream, stored, [*entries, (start, nonce)], now):
             return None
-        if (start - now) / 1000 <= HOLD_AHEAD:
+        if (start - now) / 1000 <= self.ahead:
             return Verdict(start / 1000)
         return Verdict(None, start / 1000 - EARLY, f"{start}:{nonce}")
 

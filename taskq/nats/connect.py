@@ -131,7 +131,7 @@ def connect_options(settings: Settings, name: str, events: Events) -> dict[str, 
         "allow_reconnect": True,
         # bounded for the first connect (fail fast with ConnectError); unbounded afterwards
         "max_reconnect_attempts": 1,
-        "reconnect_time_wait": 0.5,
+        "reconnect_time_wait": settings.timings.reconnect_wait,
         "error_cb": events.error,
         "disconnected_cb": events.disconnected,
         "reconnected_cb": events.reconnected,

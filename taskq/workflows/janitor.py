@@ -19,7 +19,6 @@ from taskq.client import Client
 from taskq.errors import NotFound, TaskqError
 
 log = logging.getLogger("taskq.worker")
-EVERY = 600.0  # seconds between passes
 IDS_A_PASS = 1000  # ids looked at in one pass, at most (a bounded cost)
 
 
@@ -63,8 +62,9 @@ def _run_of(prefix: str, subject: str) -> str:
     return subject[len(prefix) + 4 :].rsplit(".", 2)[0]
 
 
-async def run_janitor(client: Client, stopping: asyncio.Event, every: float = EVERY) -> None:
-    """Sweep every `every` seconds until `stopping` is set; never raises."""
+async def run_janitor(client: Client, stopping: asyncio.Event) -> None:
+    """Sweep every `timings.janitor_every` seconds until `stopping` is set; never raises."""
+    every = client.settings.timings.janitor_every
     janitor = Janitor(client)
     while not stopping.is_set():
         try:

@@ -16,6 +16,7 @@ from taskq.errors import ConfigError
 from taskq.handle import HandleSource
 from taskq.ids import new_id
 from taskq.records.results import run_key, wait
+from taskq.settings import Settings
 from taskq.workflows import store
 from taskq.workflows.cancelling import DEFAULT_GRACE
 from taskq.workflows.decide import Attempt, decide
@@ -31,6 +32,7 @@ class AppLike(HandleSource, Protocol):
     calls, task registration, and its workflows by name."""
 
     workflows: dict[str, WorkflowDef]
+    settings: Settings
 
     def task(self, fn: Any = None, **options: Any) -> Any: ...
 
@@ -38,9 +40,6 @@ class AppLike(HandleSource, Protocol):
 WorkflowFn = Callable[..., Coroutine[Any, Any, Any]]
 _RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
 DECISION_RETRIES = 50  # a decision that keeps failing on the server's side is retried long
-# a decision takes milliseconds (its lease is extended while it runs): one whose worker died
-# is handed to another within seconds
-DECISION_ACK_WAIT = 5.0
 
 
 class WorkflowDef:
@@ -80,7 +79,9 @@ class WorkflowDef:
             queue=queue,
             store_result=False,
             max_retries=DECISION_RETRIES,
-            ack_wait=DECISION_ACK_WAIT,
+            # a decision takes milliseconds (its lease is extended while it runs): one whose
+            # worker died is handed to another within seconds
+            ack_wait=app.settings.timings.decision_ack_wait,
             backoff=0.5,
             backoff_max=30.0,
         )(decision)

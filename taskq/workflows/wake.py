@@ -17,7 +17,6 @@ from taskq.workflows.journal import Event
 from taskq.workflows.state import RunStepState
 
 SKEW = 5.0  # seconds a timer may be taken as due before its time (clocks differ)
-HELD_BEYOND = 2.0  # a due time further ahead is a schedule (a worker waits for nearer ones)
 
 
 @dataclass(frozen=True)
@@ -43,7 +42,7 @@ async def trigger(client: Client, run: RunStepState, cause: Trigger) -> None:
         eta=cause.eta,
     )
     due = parse_time(cause.eta) if cause.eta else None
-    if due is None or due.timestamp() - time.time() <= HELD_BEYOND:
+    if due is None or due.timestamp() - time.time() <= client.settings.timings.in_worker_wait:
         await client.publish_envelope(envelope, run.queue)
         return
     part = await client.place_message(run.queue, envelope.id)
