@@ -24,6 +24,7 @@ import pytest
 from taskq import App
 from taskq.server import EmbeddedServer
 from taskq.workers import Worker
+from tests.cli_runner import run_in_process
 from tests.cluster import DEPLOY, Cluster, shipped_on_loopback
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,9 +40,20 @@ def cli_argv(url: str, prefix: str, *args: str) -> list[str]:
 
 
 def run_cli(
-    url: str, prefix: str, *args: str, stdin: str | None = None, timeout: float = 120
+    url: str,
+    prefix: str,
+    *args: str,
+    stdin: str | None = None,
+    timeout: float = 120,
+    fresh: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """`taskq --url URL --prefix PREFIX ARGS...` as a user runs it (no terminal on stdin)."""
+    """`taskq --url URL --prefix PREFIX ARGS...` as a user runs it (no terminal on stdin):
+    in this process (tests/cli_runner.py, no 1.2 s interpreter start), or with `fresh` in
+    a new interpreter, for a test about the real one (its imports, its exit)."""
+    if not fresh:
+        done = run_in_process(cli_argv(url, prefix, *args), stdin, timeout)
+        if done is not None:
+            return done
     return subprocess.run(
         cli_argv(url, prefix, *args),
         cwd=ROOT,
@@ -53,9 +65,11 @@ def run_cli(
     )
 
 
-async def cli(url: str, prefix: str, *args: str) -> subprocess.CompletedProcess[str]:
+async def cli(
+    url: str, prefix: str, *args: str, fresh: bool = False
+) -> subprocess.CompletedProcess[str]:
     """`run_cli` in a thread: a worker under test runs on this event loop meanwhile."""
-    return await asyncio.to_thread(run_cli, url, prefix, *args)
+    return await asyncio.to_thread(run_cli, url, prefix, *args, fresh=fresh)
 
 
 @pytest.fixture(scope="session")

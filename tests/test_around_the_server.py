@@ -35,7 +35,8 @@ async def test_a_worker_started_before_its_server_waits_for_it(tmp_path: Path, p
         if server is not None:
             server.stop()
     # without it, one line and exit 1 at once, as before
-    gone = run_cli(url, prefix, "worker", "tests.apps.deploy_new:app")
+    # fresh: "cannot reach NATS" as a real interpreter ends with it (and a worker's start)
+    gone = run_cli(url, prefix, "worker", "tests.apps.deploy_new:app", fresh=True)
     assert gone.returncode == 1 and "cannot reach NATS" in gone.stderr
 
 

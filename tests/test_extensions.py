@@ -204,7 +204,8 @@ async def test_a_failing_start_hook_stops_the_worker(app: App) -> None:
 
 
 def test_failing_start_hook_is_one_line_from_the_cli(nats_url: str, prefix: str) -> None:
-    result = run_cli(nats_url, prefix, "worker", "tests.apps.hooked:app", timeout=60)
+    # fresh: a worker sets signal handlers, which only a main thread can
+    result = run_cli(nats_url, prefix, "worker", "tests.apps.hooked:app", timeout=60, fresh=True)
     assert result.returncode == 1, result.stdout + result.stderr
     lines = result.stderr.strip().splitlines()
     assert lines[-1].startswith("taskq: error: worker start hook") and "no pool" in lines[-1]

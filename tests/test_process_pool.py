@@ -154,7 +154,8 @@ async def test_recycling_limits_replace_pool_processes_without_losing_a_task(
 def test_a_pool_process_that_cannot_start_stops_the_worker_with_one_line(
     nats_url: str, prefix: str
 ) -> None:
-    result = run_cli(nats_url, prefix, "worker", "tests.apps.poolfail:app", timeout=90)
+    # fresh: a worker with its pool processes, and signal handlers only a main thread can set
+    result = run_cli(nats_url, prefix, "worker", "tests.apps.poolfail:app", timeout=90, fresh=True)
     assert result.returncode == 1, result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("taskq: error: pool process (pid ") and "no database here" in last, last

@@ -30,7 +30,8 @@ async def test_queues_reports_waiting_per_task_and_dead(
     for _ in range(3):
         await a.enqueue()
     await b.enqueue()
-    out = run_cli(nats_url, prefix, "queues", "--json", "--interval", "0")
+    # fresh: one ordinary command through the real interpreter (`python -m taskq`)
+    out = run_cli(nats_url, prefix, "queues", "--json", "--interval", "0", fresh=True)
     assert out.returncode == 0, out.stderr
     stats = {s["queue"]: s for s in json.loads(out.stdout)}
     assert set(stats) == {"default", "emails"}

@@ -273,7 +273,8 @@ async def test_worker_processes_stop_by_themselves_when_the_supervisor_is_killed
 def test_the_supervisor_gives_up_when_no_worker_process_can_start(
     nats_url: str, prefix: str, spec: str, code: int
 ) -> None:
-    result = run_cli(nats_url, prefix, "worker", spec, "-p", "2", timeout=60)
+    # fresh: a supervisor starts worker processes and sets signal handlers (main thread)
+    result = run_cli(nats_url, prefix, "worker", spec, "-p", "2", timeout=60, fresh=True)
     assert result.returncode == code, result.stderr
     assert "before it was ready, and no worker process has been ready yet: giving up" in (
         result.stderr

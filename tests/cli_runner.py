@@ -1,0 +1,196 @@
+"""The `taskq` command run inside the test process, for tests about its output and exit code.
+
+A fresh interpreter pays about 1.2 s of CPU to import taskq, once per command; here
+`taskq.cli.main.main(argv)` runs in a thread of its own under click's `CliRunner` isolation
+instead, and what it printed and its exit code come back as the `CompletedProcess` the
+subprocess gave. What a new interpreter gives and this process does not is rebuilt around
+each call: stdin with no terminal, the root logger `-v` sets, the app modules imported
+afresh. Tests about processes, signals, terminals or a fresh interpreter keep a subprocess
+(`run_cli(..., fresh=True)`, `cli_argv`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import subprocess
+import sys
+import threading
+import traceback
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TextIO
+
+import click
+from click.testing import CliRunner
+
+from taskq import App
+from taskq.cli.main import cli, main
+
+ROOT = Path(__file__).resolve().parent.parent
+FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # as taskq/cli/main.py sets it
+PROGRAM = [sys.executable, "-m", "taskq"]  # how tests/conftest.py `cli_argv` starts
+# where the standard library and the virtualenv's packages live (not app modules)
+_INSTALLED = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix})
+
+# One call at a time per process: CliRunner swaps sys.stdin/stdout/stderr process-wide.
+_LANE = threading.Lock()
+# Calls that outlived their timeout (a thread cannot be killed): while one still runs it
+# holds the lane, and later calls go to a fresh interpreter at once instead of waiting.
+_STUCK: list[threading.Thread] = []
+# True in the command's thread and what copies its context (its event loop's tasks,
+# asyncio.to_thread): its log records are the command's, a worker's in this process not.
+_IN_CLI: contextvars.ContextVar[bool] = contextvars.ContextVar("in_cli", default=False)
+
+
+def run_in_process(
+    argv: list[str], stdin: str | None, timeout: float
+) -> subprocess.CompletedProcess[str] | None:
+    """Run `argv` (a `cli_argv` command line) in this process as the subprocess would have;
+    None when it cannot: the cwd is not ROOT (the subprocess's), or an earlier call that
+    timed out still holds the lane. A call past `timeout` raises TimeoutExpired."""
+    assert argv[:3] == PROGRAM, argv
+    if Path.cwd().resolve() != ROOT or any(thread.is_alive() for thread in _STUCK):
+        return None
+    if not _LANE.acquire(timeout=timeout):
+        return None
+    call = _Call(argv[3:], stdin)
+    # a thread of its own: the command runs its own event loop (asyncio.run / uvloop.run),
+    # and the caller may be inside a running one
+    thread = threading.Thread(target=call.run, name="taskq-cli", daemon=True)
+    thread.start()  # it releases the lane when the command ends
+    thread.join(timeout)
+    if thread.is_alive():
+        _STUCK.append(thread)
+        raise subprocess.TimeoutExpired(argv, timeout)
+    return subprocess.CompletedProcess(argv, call.code, call.stdout, call.stderr)
+
+
+class _Call:
+    """One command: its arguments and stdin, then its exit code and what it printed."""
+
+    def __init__(self, args: list[str], stdin: str | None) -> None:
+        self.args = args
+        self.stdin = stdin
+        self.code = -1
+        self.stdout = ""
+        self.stderr = ""
+
+    def run(self) -> None:
+        """The thread's body: the command, isolated; then the lane is free again."""
+        _IN_CLI.set(True)
+        try:
+            # stdin "" rather than None: no terminal and nothing to read, like DEVNULL
+            with CliRunner().isolation(input=self.stdin or "") as (out, err, _mixed):
+                with _logging_to(sys.stderr, _log_level(self.args)), _app_imports_undone():
+                    self.code = _exit_code(self.args)
+                sys.stdout.flush()
+                sys.stderr.flush()
+                self.stdout = _text(out.getvalue())
+                self.stderr = _text(err.getvalue())
+        finally:
+            _LANE.release()
+
+
+def _exit_code(args: list[str]) -> int:
+    """`main(args)` with the exit code the interpreter would end with (an exception that
+    escapes it: its traceback on stderr and 1, as Python prints and exits)."""
+    try:
+        main(args)
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        print(exc.code, file=sys.stderr)
+        return 1
+    except BaseException:  # any of them: the interpreter would print it and exit 1
+        traceback.print_exc()
+        return 1
+    return 0
+
+
+def _text(data: bytes) -> str:
+    """Output bytes as `subprocess.run(text=True)` gives them (universal newlines)."""
+    return data.decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _log_level(args: list[str]) -> int:
+    """The root level the `cli` group's `logging.basicConfig` sets for these arguments:
+    WARNING, INFO with `-v`, DEBUG with `-vv` (the group's own -v only, not a command's)."""
+    try:
+        with cli.make_context("taskq", list(args), resilient_parsing=True) as ctx:
+            verbose = int(ctx.params.get("verbose") or 0)
+    except click.ClickException:  # main() will say what is wrong with them
+        verbose = 0
+    return logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+
+
+@contextlib.contextmanager
+def _logging_to(stream: TextIO, level: int) -> Iterator[None]:
+    """The command's log records on `stream` in the CLI's format, as `basicConfig` gives a
+    new interpreter (in this one it does nothing: the root logger has pytest's handlers,
+    and this one, added first). The root level is the command's while it runs, so what it
+    checks with `isEnabledFor` is as in a new interpreter; restored after."""
+    root = logging.getLogger()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter(FORMAT))
+    handler.addFilter(lambda _record: _IN_CLI.get())
+    kept = root.level
+    root.addHandler(handler)
+    root.setLevel(level)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(kept)
+
+
+@contextlib.contextmanager
+def _app_imports_undone() -> Iterator[None]:
+    """Undo what loading MODULE:APP leaves behind in this process, as the end of a new
+    interpreter would: the cwd `load_app` puts on sys.path, the app modules it imported
+    (the next call imports them afresh, e.g. a module rewritten in tmp_path) and the
+    settings the global options configure on an App a test had imported already."""
+    path = list(sys.path)
+    before = dict(sys.modules)
+    settings = [(app, app.settings) for app in _apps_in(before.values())]
+    try:
+        yield
+    finally:
+        sys.path[:] = path
+        for name in set(sys.modules) - set(before):
+            if _is_app_module(sys.modules[name]):
+                _forget(name)
+        for app, kept in settings:
+            app.settings = kept
+
+
+def _is_app_module(module: object) -> bool:
+    """A module of the tests' or a user's (tests.apps.*, one written to tmp_path): not
+    taskq's own, not one installed in the virtualenv or the standard library."""
+    name = getattr(module, "__name__", "")
+    file = getattr(module, "__file__", None)
+    if not file or name == "taskq" or name.startswith("taskq."):
+        return False
+    return not file.startswith(_INSTALLED)
+
+
+def _apps_in(modules: Iterable[object]) -> list[App]:
+    """The Apps that app modules hold as module attributes (what `load_app` can name)."""
+    found: dict[int, App] = {}
+    for module in modules:
+        if _is_app_module(module):
+            for value in list(vars(module).values()):
+                if isinstance(value, App):
+                    found[id(value)] = value
+    return list(found.values())
+
+
+def _forget(name: str) -> None:
+    """Drop module `name` so the next import runs it again (its parent's attribute too,
+    or `from package import name` would still find the old one)."""
+    module = sys.modules.pop(name, None)
+    parent_name, _, child = name.rpartition(".")
+    parent = sys.modules.get(parent_name)
+    if parent is not None and getattr(parent, child, None) is module:
+        delattr(parent, child)
