@@ -39,6 +39,7 @@ ENV_FIELDS: dict[str, str] = {
     "TASKQ_WORKFLOWS_MAX_BYTES": "workflows_max_bytes",
     "TASKQ_UNKNOWN_TASK_GRACE": "unknown_task_grace",
     "TASKQ_HEARTBEAT": "heartbeat",
+    "TASKQ_TIMINGS": "timings",
     "TASKQ_SPARK_MASTER": "spark_master",
     "TASKQ_SPARK_CONF": "spark_conf",
     "TASKQ_ENCRYPTION_KEY": "encryption_key",
@@ -126,6 +127,19 @@ class Settings(BaseModel):
                 return json.loads(value)
             except ValueError:
                 raise ValueError("must be a JSON object of Spark conf keys and values") from None
+        return value
+
+    @field_validator("timings", mode="before")
+    @classmethod
+    def _timings(cls, value: Any) -> Any:
+        # from the environment: `short` (Timings.short()) or a JSON object of its fields
+        if isinstance(value, str):
+            if value.strip() == "short":
+                return Timings.short()
+            try:
+                return json.loads(value)
+            except ValueError:
+                raise ValueError("must be `short` or a JSON object of Timings fields") from None
         return value
 
     @field_validator("results_partitions", mode="before")

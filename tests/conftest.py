@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from taskq import App
+from taskq import App, Timings
 from taskq.server import EmbeddedServer
 from taskq.workers import Worker
 from tests.cli_runner import run_in_process
@@ -129,7 +129,9 @@ def prefix() -> str:
 
 @pytest.fixture
 async def app(nats_url: str, prefix: str) -> AsyncIterator[App]:
-    application = App(url=nats_url, prefix=prefix)
+    # production's behaviour on shortened delays (taskq.timings): no test waits out a 5 s
+    # hand-back or a redelivered decision's 5 s ack_wait
+    application = App(url=nats_url, prefix=prefix, timings=Timings.short())
     yield application
     await application.aclose()
     await asyncio.to_thread(application.close)
@@ -220,7 +222,7 @@ class WorkerProcess:
         self.proc = subprocess.Popen(
             cmd,
             cwd=ROOT,
-            env={**os.environ, **(env or {})},
+            env={**os.environ, "TASKQ_TIMINGS": "short", **(env or {})},
             stdout=self._out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
