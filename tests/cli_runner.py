@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
+import re
 import subprocess
 import sys
 import threading
@@ -33,6 +34,7 @@ FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # as taskq/cli/main.
 PROGRAM = [sys.executable, "-m", "taskq"]  # how tests/conftest.py `cli_argv` starts
 # where the standard library and the virtualenv's packages live (not app modules)
 _INSTALLED = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix})
+_SPEC = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*|[A-Za-z_][\w.]*:")  # MODULE:APP
 
 # One call at a time per process: CliRunner swaps sys.stdin/stdout/stderr process-wide.
 _LANE = threading.Lock()
@@ -83,7 +85,10 @@ class _Call:
         try:
             # stdin "" rather than None: no terminal and nothing to read, like DEVNULL
             with CliRunner().isolation(input=self.stdin or "") as (out, err, _mixed):
-                with _logging_to(sys.stderr, _log_level(self.args)), _app_imports_undone():
+                with (
+                    _logging_to(sys.stderr, _log_level(self.args)),
+                    _app_imports_undone(self.args),
+                ):
                     self.code = _exit_code(self.args)
                 sys.stdout.flush()
                 sys.stderr.flush()
@@ -146,12 +151,19 @@ def _logging_to(stream: TextIO, level: int) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _app_imports_undone() -> Iterator[None]:
+def _app_imports_undone(args: list[str]) -> Iterator[None]:
     """Undo what loading MODULE:APP leaves behind in this process, as the end of a new
     interpreter would: the cwd `load_app` puts on sys.path, the app modules it imported
     (the next call imports them afresh, e.g. a module rewritten in tmp_path) and the
-    settings the global options configure on an App a test had imported already."""
+    settings the global options configure on an App a test had imported already. A module
+    the command names that this process imported already is set aside while it runs, so
+    the command imports it afresh, as a new interpreter would (its App reads TASKQ_*
+    then), and put back after."""
     path = list(sys.path)
+    named = [m for m in _named_modules(args) if _is_app_module(sys.modules.get(m))]
+    aside = {name: sys.modules[name] for name in named}
+    for name in aside:
+        _forget(name)
     before = dict(sys.modules)
     settings = [(app, app.settings) for app in _apps_in(before.values())]
     try:
@@ -163,6 +175,22 @@ def _app_imports_undone() -> Iterator[None]:
                 _forget(name)
         for app, kept in settings:
             app.settings = kept
+        for name, module in aside.items():
+            _restore(name, module)
+
+
+def _named_modules(args: list[str]) -> list[str]:
+    """The modules of the MODULE:APP arguments of a command line."""
+    return [arg.split(":", 1)[0] for arg in args if _SPEC.fullmatch(arg)]
+
+
+def _restore(name: str, module: object) -> None:
+    """Put module `name` back (and its parent's attribute), as it was before the call."""
+    sys.modules[name] = module  # type: ignore[assignment]
+    parent_name, _, child = name.rpartition(".")
+    parent = sys.modules.get(parent_name)
+    if parent is not None:
+        setattr(parent, child, module)
 
 
 def _is_app_module(module: object) -> bool:

@@ -12,6 +12,7 @@ import click
 from taskq.cli.common import Context, parse_json_args, pass_ctx
 from taskq.client import Client
 from taskq.errors import ArgumentsError, NotFound
+from taskq.states import LEGACY_RUN
 from taskq.workflows.run_lists import LISTED, PAGE, check_filters, collect_runs
 from taskq.workflows.sends import cancel_run, retry_run, send_signal
 from taskq.workflows.store import STATES
@@ -25,7 +26,11 @@ def workflows() -> None:
 
 
 @workflows.command("ls")
-@click.option("--state", type=click.Choice(STATES), help="runs in this state")
+@click.option(
+    "--state",
+    type=click.Choice([*STATES, *LEGACY_RUN]),
+    help="runs in this state (`failed`: an earlier name of `dead`)",
+)
 @click.option("--name", metavar="WORKFLOW", help="runs of this workflow")
 @click.option("--limit", type=click.IntRange(1, LISTED), default=PAGE, show_default=True)
 @click.option(

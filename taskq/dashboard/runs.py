@@ -149,9 +149,9 @@ async def retry(request: Request) -> Response:
     form = await checked_form(request)
     client, run_id = client_of(request), param(request, "run_id")
     summary = await _summary(client, run_id)
-    if summary.state != "failed":
+    if summary.state != "dead":
         raise DashboardError(
-            409, f"only a failed run can be retried; run {run_id} is {summary.state}"
+            409, f"only a dead run can be retried; run {run_id} is {summary.state}"
         )
     if text(form, "confirm") != "yes":
         return ask(

@@ -6,7 +6,7 @@ written by the workers that settle its tasks (a producer may not write the bucke
   member 0);
 * ended `succeeded` when its final task does (a chain's last step, a chord's callback), or,
   for a group, when its last member does (each member counted once, create-only, in the
-  flows bucket); ended `failed` or `cancelled` when any of its tasks is dead-lettered or
+  flows bucket); ended `dead` or `cancelled` when any of its tasks is dead-lettered or
   cancelled (it cannot complete then);
 * expires `results_ttl` after its last change (a per-message TTL), as its records do.
 
@@ -54,7 +54,7 @@ async def _state_after(
 ) -> str | None:
     """The canvas's state this settle tells (None: nothing new to write)."""
     if isinstance(decision, Dead):
-        return "failed"
+        return "dead"
     if isinstance(decision, Cancel):
         return "cancelled"
     if not isinstance(decision, Ack):

@@ -30,6 +30,7 @@ from taskq.errors import (
 from taskq.ids import safe_id
 from taskq.records.clock import format_epoch, now_iso, parse_time
 from taskq.records.envelope import Envelope
+from taskq.states import DEAD
 from taskq.workflows import store
 from taskq.workflows.cancelling import cancelled_end, carry_cancel, grace_over
 from taskq.workflows.end import finish, home, mark_waiting
@@ -130,7 +131,7 @@ async def _record(
         recorded = await store.record_round(client, run_id, round_, replayer.written)
     except (PayloadTooLarge, NonFiniteFloat, store.Unjournalable) as exc:
         # a command or the run's end the journal cannot hold: the run cannot go on
-        round_.details.update(commands=[], end={"state": "failed", "error": error_details(exc)})
+        round_.details.update(commands=[], end={"state": DEAD, "error": error_details(exc)})
         seq = await store.append_after(client, run_id, round_, replayer.written)
         recorded = None if seq is None else store.Recorded(seq, [])
     if recorded is not None:
@@ -276,12 +277,12 @@ def _round(replayer: Replayer, force: bool = False) -> Event | None:
     end = _end(replayer)
     if end is None and late:
         timeout = WorkflowTimeout(replayer.run_id, replayer.timeout or 0.0)
-        end = {"state": "failed", "error": error_details(timeout)}
+        end = {"state": DEAD, "error": error_details(timeout)}
     events = len(replayer.visible) + len(replayer.made) + replayer.junk
     if end is None and _full(replayer, events):  # its commands are not recorded: it holds
         made = []
         full = store.JournalFull(replayer.run_id, events, MAX_EVENTS, replayer.size)
-        end = {"state": "failed", "error": error_details(full)}
+        end = {"state": DEAD, "error": error_details(full)}
     if not made and end is None and not force:
         return None
     details: dict[str, Any] = {
@@ -322,7 +323,7 @@ def _end(replayer: Replayer) -> dict[str, Any] | None:
     if ended is None:
         return None
     if ended.error is not None:
-        return {"state": "failed", "error": error_details(ended.error)}
+        return {"state": DEAD, "error": error_details(ended.error)}
     return {"state": "succeeded", "value": ended.value}
 
 

@@ -19,6 +19,7 @@ from taskq.records.clock import format_epoch, parse_time
 from taskq.records.results import ResultRecord, run_key
 from taskq.records.results import store as store_result
 from taskq.records.schedules import drop_delayed
+from taskq.states import DEAD, LEGACY_RUN
 from taskq.workflows import store
 from taskq.workflows.journal import Definition, Event, child_of, retried, step_id
 from taskq.workflows.replay import Replayer, carried_out
@@ -27,7 +28,8 @@ from taskq.workflows.wake import SKEW, Trigger, decision_id, grace_cause, timer_
 
 log = logging.getLogger("taskq.worker")
 WAITED = frozenset({"run", "child", "sleep", "wait"})  # commands a run waits on
-RECORDED = {"succeeded": "succeeded", "failed": "dead", "cancelled": "cancelled"}
+# a run's end -> its result record's state (an earlier taskq's rounds say `failed`)
+RECORDED = {"succeeded": "succeeded", "dead": "dead", "failed": "dead", "cancelled": "cancelled"}
 
 
 def home(definition: Definition, run_id: str, replayer: Replayer) -> RunStepState:
@@ -72,14 +74,14 @@ async def finish(
 ) -> None:
     """The run ended (its round with `end` is stored): its result record, its summary,
     then its steps still running are cancelled and its parent is woken."""
-    state = str(end.get("state", "failed"))
+    state = LEGACY_RUN.get(str(end.get("state", DEAD)), str(end.get("state", DEAD)))
     error = end.get("error")
     record = ResultRecord(
         state=RECORDED.get(state, "dead"),
         task=definition.name,
         result=end.get("value"),
         error=error if isinstance(error, dict) else None,
-        reason="workflow_failed" if state == "failed" else "",
+        reason="workflow_failed" if state == DEAD else "",
         queue=definition.queue,
     )
     message = error.get("message") if isinstance(error, dict) else None
@@ -204,7 +206,7 @@ async def _wake_parent(
     if ok:
         details["value"] = end.get("value")
     else:
-        details.update(state="dead" if state == "failed" else state, error=end.get("error") or {})
+        details.update(state=LEGACY_RUN.get(state, state), error=end.get("error") or {})
     event = Event.make("done", run.n, **details)
     seq = await store.append(client, run.id, event, f"{safe_id(run_id)}.done")
     await trigger(client, run, Trigger(f"s{seq}"))

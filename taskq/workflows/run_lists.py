@@ -15,6 +15,7 @@ from typing import Any
 from taskq.client import Client
 from taskq.errors import ConfigError, NotFound
 from taskq.nats import KVEntry
+from taskq.states import LEGACY_RUN
 from taskq.topology.names import check_task
 from taskq.workflows import store
 
@@ -52,8 +53,9 @@ class RunPage:
 
 
 def check_filters(state: str | None, name: str | None) -> None:
-    """ConfigError for a state or workflow name that cannot be one."""
-    if state and state not in store.STATES:
+    """ConfigError for a state or workflow name that cannot be one (an earlier taskq's
+    word for a state, `failed`, is taken as today's: `dead`)."""
+    if state and LEGACY_RUN.get(state, state) not in store.STATES:
         raise ConfigError(f"a run's state is one of {', '.join(store.STATES)}, not {state!r}")
     if name:
         check_task(name)  # a workflow's decisions are a task of its name
@@ -72,6 +74,7 @@ async def runs_page(
     most recently changed first, below sequence `before` (None: the newest), reading
     about `budget` summaries at most: batches backwards from the cursor, doubling."""
     check_filters(state, name)
+    state = LEGACY_RUN.get(state, state) if state else state
     limit = max(1, min(limit, LISTED))
     try:
         await client.connection.kv.allow_direct_reads(client.names.runs_bucket)

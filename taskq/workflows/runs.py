@@ -163,8 +163,8 @@ class WorkflowRun:
         return self.app.portal.run(self.result(timeout))
 
     async def status(self) -> str:
-        """running | sleeping | waiting | succeeded | failed | cancelled (`unknown`: no
-        such run)."""
+        """running | sleeping | waiting | cancelling | succeeded | dead | cancelled
+        (`unknown`: no such run; taskq.states)."""
         summary = await store.load_summary(await self.app.client(), self.id)
         if summary is not None:
             return summary.state

@@ -13,6 +13,7 @@ from taskq.ids import new_id
 from taskq.records.clock import now_iso
 from taskq.records.results import ResultRecord, run_key
 from taskq.records.results import store as store_result
+from taskq.states import DEAD
 from taskq.workflows import store
 from taskq.workflows.journal import MAX_EVENT_BYTES, Event
 from taskq.workflows.state import RunStepState
@@ -59,12 +60,12 @@ async def retry_run(client: Client, run_id: str) -> None:
     if summary is None:
         await _here(client, run_id)  # NotFound, unless it started and waits for a decision
     state = summary.state if summary is not None else "running"
-    if summary is None or summary.state != "failed":
-        raise ConfigError(f"only a failed run can be retried; run {run_id} is {state}")
+    if summary is None or summary.state != DEAD:
+        raise ConfigError(f"only a dead run can be retried; run {run_id} is {state}")
     here = RunStepState(id=run_id, n=0, workflow=summary.name, queue=summary.queue)
 
     def reopen(found: store.RunSummary | None) -> store.RunSummary | None:
-        if found is None or found.state != "failed":
+        if found is None or found.state != DEAD:
             return None
         return found.model_copy(update={"state": "running", "error": None})
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 from pydantic_core import from_json, to_json
 
 from taskq.client import Client
@@ -28,6 +28,7 @@ from taskq.nats import MULTI_LAST as MULTI_LAST
 from taskq.nats import StoredMessage
 from taskq.records.clock import now_iso
 from taskq.records.finite import finite_json
+from taskq.states import LEGACY_RUN, RUN_FINAL, RUN_STATES
 from taskq.topology.specs import runs_bucket, workflows_stream
 from taskq.workflows.journal import (
     JUNK,
@@ -40,8 +41,8 @@ from taskq.workflows.journal import (
 )
 
 log = logging.getLogger("taskq.worker")
-STATES = ("running", "sleeping", "waiting", "cancelling", "succeeded", "failed", "cancelled")
-FINAL = frozenset({"succeeded", "failed", "cancelled"})
+STATES = RUN_STATES  # taskq.states: one vocabulary for tasks, steps, runs and canvases
+FINAL = RUN_FINAL
 SUMMARY_TRIES = 20
 
 
@@ -76,6 +77,11 @@ class RunSummary(BaseModel):
     parent: str | None = None
     error: str | None = None
     kind: str = "workflow"  # or chain, group, chord (taskq.workflows.canvas_runs)
+
+    @field_validator("state")
+    @classmethod
+    def _state(cls, value: str) -> str:
+        return LEGACY_RUN.get(value, value)  # what an earlier taskq wrote: today's word
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump()

@@ -38,7 +38,7 @@ class StepView:
     kind: str  # run, child, sleep, wait, now, uuid, random, patch
     target: str  # the task, child workflow or signal name
     id: str  # a step's task id, a child's run id
-    state: str  # pending, succeeded, failed, cancelled, fired, received, timed out
+    state: str  # pending, running, succeeded, dead, cancelled, fired, received, timed out
     made_at: float = 0.0
     result: Any = None
     error: dict[str, Any] | None = None
@@ -268,7 +268,7 @@ async def journal_last(client: Client, run_id: str) -> int:
 
 def _state(command: Event, value: Any, error: BaseException | None) -> tuple[str, Any]:
     if error is not None:
-        return ("cancelled" if type(error).__name__ == "TaskCancelled" else "failed"), None
+        return ("cancelled" if type(error).__name__ == "TaskCancelled" else "dead"), None
     if command.kind == "sleep":
         return "fired", None
     if command.kind == "wait":

@@ -89,7 +89,7 @@ async def test_runs_listed_shown_and_acted_on_over_http(app: App, dashboard: Das
         await broken.options(key="b-1").start("b-1")
         await in_state(app, "o-1", "waiting")
         await in_state(app, "o-2", "waiting")
-        await in_state(app, "b-1", "failed")
+        await in_state(app, "b-1", "dead")
 
         # the list, filtered; the JSON twins are the CLI's
         listed = await http.api("/workflows")
@@ -98,7 +98,7 @@ async def test_runs_listed_shown_and_acted_on_over_http(app: App, dashboard: Das
         waiting = await http.api("/workflows?state=waiting")
         assert sorted(r["id"] for r in waiting["runs"]) == ["o-1", "o-2"]
         assert [r["id"] for r in (await http.api("/workflows?name=broken"))["runs"]] == ["b-1"]
-        assert (await http.api("/workflows?name=order&state=failed"))["runs"] == []
+        assert (await http.api("/workflows?name=order&state=dead"))["runs"] == []
         # what `taskq workflows ls --json` and `show ID --json` print (a subprocess each
         # would cost seconds here; tests/workflows/test_cli.py runs the commands)
         client = await app.client()
@@ -159,14 +159,14 @@ async def test_runs_listed_shown_and_acted_on_over_http(app: App, dashboard: Das
 
         # retry: only a failed run; confirmed, it resumes from its failed step
         refused = await http.post("/api/workflows/o-2/retry", {"confirm": "yes"})
-        assert refused.status == 409 and "only a failed run" in refused.json()["error"]
+        assert refused.status == 409 and "only a dead run" in refused.json()["error"]
         retried = await http.post("/workflows/b-1/retry", {"confirm": "yes"})
         assert retried.status == 303
         assert retried.headers["location"] == "/workflows/b-1?notice=run-retry"
 
         async def again() -> bool:
             view = await show_run(await app.client(), "b-1")
-            return view.summary.state == "failed" and view.steps[0].id == "b-1.0r1"
+            return view.summary.state == "dead" and view.steps[0].id == "b-1.0r1"
 
         await wait_until(again, timeout=20)
 
@@ -175,7 +175,7 @@ async def test_pages_of_runs_show_every_run_once(app: App) -> None:
     client = await app.client()
     await store.ensure_workflows(client)
     for n in range(7):
-        state = "failed" if n % 3 == 0 else "waiting"
+        state = "failed" if n % 3 == 0 else "waiting"  # `failed`: an earlier taskq's `dead`
 
         def summary(_: store.RunSummary | None, n: int = n, state: str = state) -> Any:
             return store.RunSummary(id=f"r{n}", name="order", queue="default", state=state)
@@ -218,7 +218,7 @@ async def test_the_nats_user_s_permissions_are_the_dashboard_s_for_runs(
         refused = await board.http.post("/workflows/dash-r1/retry", {"confirm": "yes"})
         assert refused.status == 403 and "NATS refused it" in refused.body
         summary = await store.load_summary(client, "dash-r1")
-        assert summary is not None and summary.state == "failed"
+        assert summary is not None and summary.state == "dead"  # as written: `failed`
     finally:
         board.stop()
         await operator.aclose()

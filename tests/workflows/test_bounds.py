@@ -36,7 +36,7 @@ async def test_a_run_past_its_timeout_fails_with_workflow_timeout(app: App) -> N
             await run.result(timeout=30)
         assert failed.value.type == "WorkflowTimeout"
         assert "timeout of 1s" in failed.value.message
-        assert await run.status() == "failed"
+        assert await run.status() == "dead"
         # its running step is cancelled with it
         view = await show_run(await app.client(), run.id)
         step = next(s for s in view.steps if s.kind == "run")

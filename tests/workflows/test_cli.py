@@ -116,7 +116,7 @@ async def test_retry_of_a_run_that_did_not_fail_is_refused_with_exit_2(
     orders.app.configure(url=nats_url, prefix=prefix)
     run = await orders.order.options(key="o-6").start("o-6", 600)  # waiting: no worker
     refused = await cli(nats_url, prefix, "workflows", "retry", run.id)
-    assert refused.returncode == 2 and "only a failed run can be retried" in refused.stderr
+    assert refused.returncode == 2 and "only a dead run can be retried" in refused.stderr
     gone = await cli(nats_url, prefix, "workflows", "retry", "no-such-run")
     assert gone.returncode == 1 and "no workflow run no-such-run" in gone.stderr
     await orders.app.aclose()

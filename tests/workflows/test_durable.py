@@ -98,7 +98,7 @@ async def test_a_workflow_that_raises_fails_its_run_with_that_error(app: App) ->
         with pytest.raises(TaskFailed, match="the workflow itself broke") as failed:
             await run.result(timeout=30)
         assert failed.value.type == "RuntimeError"
-        assert await run.status() == "failed"
+        assert await run.status() == "dead"
 
 
 async def test_cancel_ends_a_waiting_run_cancelled(app: App) -> None:
@@ -206,13 +206,13 @@ async def test_retry_resumes_a_failed_run_from_its_failed_step_keeping_completed
         run = await order.start("o-3")
         with pytest.raises(TaskFailed, match="rejects this format"):
             await run.result(timeout=30)
-        assert await run.status() == "failed"
+        assert await run.status() == "dead"
         fixed["on"] = True  # the code fix is deployed
         await run.retry()
         assert await run.result(timeout=30) == ["held o-3", "charged o-3", "shipped o-3"]
         assert await run.status() == "succeeded"
         view = await show_run(await app.client(), run.id)
-        with pytest.raises(ConfigError, match="only a failed run can be retried"):
+        with pytest.raises(ConfigError, match="only a dead run can be retried"):
             await run.retry()
     # the completed step kept its result and never ran again; the failed one ran again
     assert ran == ["reserve", "charge", "charge", "ship"]

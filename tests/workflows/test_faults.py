@@ -39,7 +39,7 @@ async def run_with_kills(
         await proc.wait_ready()
     run = await journaled.steps.start(steps, seconds)
     rng, kills = random.Random(3), 0
-    while await run.status() not in ("succeeded", "failed"):
+    while await run.status() not in ("succeeded", "dead"):
         await asyncio.sleep(every)
         victim = rng.randrange(len(procs))
         procs[victim].kill()  # SIGKILL, mid-step or mid-decision as it falls
