@@ -57,3 +57,29 @@ async def _run(app: App, client: Client, nats_url: str, prefix: str, ran: list[f
     assert row["enqueued_per_s"] < 0.5, row
     # and what settled is what ran: 3/s (the limit, with its slack), not 3/s plus copies
     assert 1.5 <= row["settled_per_s"] <= 3.5, row
+
+
+async def test_a_delayed_task_is_counted_until_it_is_due(app: App) -> None:
+    ran: list[int] = []
+
+    @app.task
+    async def later(n: int) -> None:
+        ran.append(n)
+
+    for n in range(3):  # far ahead: a worker stores them as server-side schedules
+        await later.options(countdown=3600).enqueue(n)
+    await later.enqueue(9)
+    client = await app.client()
+
+    async def counted() -> bool:
+        stats = await queue_stats(client, "default")
+        return ran == [9] and (stats.delayed, stats.waiting + stats.in_flight + stats.held) == (
+            3,
+            0,
+        )
+
+    async with running_worker(app):
+        await wait_until(counted, timeout=30)
+    shown = await cli(app.settings.url, app.settings.prefix, "queues", "--interval", "0")
+    header, row = shown.stdout.splitlines()[:2]
+    assert "DELAYED" in header and row.split()[header.split().index("DELAYED") - 1] == "3"

@@ -16,6 +16,7 @@ from taskq.flowcontrol.held import held_limit
 from taskq.operate.queue_control import FOREVER, ends
 from taskq.records.clock import format_time
 from taskq.records.heartbeats import list_workers
+from taskq.records.schedules import DELAYED
 from taskq.topology.partitions import Part, parts_on_server, queues_on_server
 
 
@@ -35,6 +36,7 @@ class QueueStats:
     paused: bool = False  # workers receive nothing new (`taskq queues pause`)
     paused_until: str | None = None  # when the pause ends by itself (None: until resumed)
     held: int = 0  # tasks held back by a flow-control limit (docs/flow-control.md)
+    delayed: int = 0  # tasks whose eta is to come, held by the server as schedules
     held_by: dict[str, int] = field(default_factory=dict)  # ...per limit: `rate_limit notify`
     bytes: int = 0  # what the queue's streams store
     storage_used: int = 0  # what the whole account stores (every queue, results, DLQ...)
@@ -59,7 +61,7 @@ async def queue_stats(
         with contextlib.suppress(NotFound):  # a stream removed meanwhile counts as empty
             _add(total, await _stream_stats(client, queue, part))
     with contextlib.suppress(NotFound):  # no timer stream: no worker set the queue up yet
-        total.held_by = await _held(client, queue)
+        total.held_by, total.delayed = await _timers(client, queue)
         total.held = sum(total.held_by.values())
     total.partitions = max(1, len(parts))
     end = ends(total._pause_end)
@@ -87,18 +89,22 @@ async def _stream_stats(client: Client, queue: str, part: Part) -> QueueStats:
     return stats
 
 
-async def _held(client: Client, queue: str) -> dict[str, int]:
-    """The queue's held tasks per limit holding them (its timer stream's held schedules)."""
+async def _timers(client: Client, queue: str) -> tuple[dict[str, int], int]:
+    """The queue's held tasks per limit holding them, and its delayed tasks (its timer
+    stream's schedules: a periodic schedule is no task yet, and counts as neither)."""
     names = client.names
     root = names.schedule_subject(queue, "")
     state = await client.connection.streams.state(
         names.timer_stream(queue), subjects_filter=names.schedule_filter(queue)
     )
     held: Counter[str] = Counter()
+    delayed = 0
     for subject, count in state.subjects.items():
         if (limit := held_limit(root, subject)) is not None:
             held[limit] += count
-    return dict(held)
+        elif subject.startswith(f"{root}{DELAYED}."):
+            delayed += count
+    return dict(held), delayed
 
 
 async def _consumers(client: Client, stream: str, queue: str, stats: QueueStats) -> None:
