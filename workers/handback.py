@@ -19,7 +19,7 @@ import logging
 
 from taskq.client import Client
 from taskq.errors import TaskqError
-from taskq.flowcontrol.held import PARK, SPENT, carried
+from taskq.flowcontrol.held import PARK, SPENT, carried, dropped_told
 from taskq.ids import safe_id
 from taskq.records.envelope import MSG_ID
 from taskq.records.results import encoded, store_encoded
@@ -40,7 +40,8 @@ async def hand_back(client: Client, job: Job) -> None:
         if job.context is not None:  # its attempt had started: the story lists it
             await store_encoded(client, task_id, encoded(interrupted_fields(job)))
         # a parked task's token stays with the original: the copy runs in its place
-        headers = {k: v for k, v in carried(d.raw_headers).items() if k != PARK}
+        kept = carried(d.raw_headers, dropped_told(client))
+        headers = {k: v for k, v in kept.items() if k != PARK}
         headers[SPENT] = str(job.attempt - 1)
         headers[MSG_ID] = f"{safe_id(task_id)}:interrupted:{d.stream}:{d.seq}:{d.num_delivered}"
         await client.connection.publish(d.subject, d.data, headers)

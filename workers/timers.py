@@ -31,7 +31,7 @@ from collections import Counter
 
 from taskq.client import Client
 from taskq.errors import NotFound, TaskqError
-from taskq.flowcontrol.held import FIRED, carried
+from taskq.flowcontrol.held import FIRED, carried, dropped_told
 from taskq.flowcontrol.keys import task_token
 from taskq.flowcontrol.store import ensure_limits
 from taskq.nats import Delivery, Puller
@@ -90,7 +90,8 @@ async def move(client: Client, d: Delivery, tally: Counter[str] | None = None) -
         log.warning("dropping %s from %s: not a fired task subject", d.subject[:100], d.stream)
         await d.term("not a fired task subject")
         return None
-    headers = {**carried(d.raw_headers), FIRED: str(d.seq), MSG_ID: f"fired:{d.stream}:{d.seq}"}
+    fired = {FIRED: str(d.seq), MSG_ID: f"fired:{d.stream}:{d.seq}"}
+    headers = {**carried(d.raw_headers, dropped_told(client)), **fired}
     run = firing(client.names.prefix, d.raw_headers)
     if run is not None:
         if not await catch_up(client, run):

@@ -98,7 +98,7 @@ class Holder:
     ) -> None:
         """Store the held copy of delivery `d` (due at `until`, to `target`); the caller
         acknowledges `d` after this returns."""
-        sent = {**carried(d.raw_headers), **headers}
+        sent = {**carried(d.raw_headers, dropped_told(self.client)), **headers}
         sent[MSG_ID] = commit_id(task_id, d.stream, d.seq, d.num_delivered)
         subject = self.subject(task_id, limit)
         await self._schedule(subject, d.data, sent, until, target, "holding a task")
@@ -160,7 +160,8 @@ class Holder:
             return False
         held, mine = claimed
         token = held.headers.get(PARK, "")
-        headers = {**carried(held.headers), **(note or {}), MSG_ID: f"wake:{token or mine}"}
+        told = dropped_told(self.client)
+        headers = {**carried(held.headers, told), **(note or {}), MSG_ID: f"wake:{token or mine}"}
         target = self.client.names.unfired(held.headers.get(TARGET, ""))
         if target is None:
             return False  # not ours to move: it fires at its own time
@@ -183,7 +184,7 @@ class Holder:
             if held is None:
                 return None
             kept = {k: v for k, v in held.headers.items() if k in (SCHEDULE, TARGET)}
-            schedule = {**carried(held.headers), **kept}
+            schedule = {**carried(held.headers, dropped_told(self.client)), **kept}
             mine = await records.replace(held.subject, held.data, held.seq, headers=schedule)
             if mine is not None:
                 return held, mine
@@ -195,14 +196,15 @@ def commit_id(task_id: str, stream: str, seq: int, delivery: int) -> str:
     return f"{safe_id(task_id)}:held:{stream}:{seq}:{delivery}"
 
 
-def carried(headers: dict[str, str] | None) -> dict[str, str]:
+def carried(headers: dict[str, str] | None, told: set[str]) -> dict[str, str]:
     """The headers a held copy keeps: the task's own (trace context, Taskq-*), not the
     server's (message id, schedule bookkeeping, TTL), and none that taskq may not send.
 
     The server passes on header values with a bare CR or LF from a raw publish (nats-py
     keeps them); copied, they made the outbound check refuse every held copy, hand-back and
     fired copy of the task, which then never ran. Dropped instead: the task goes on as if
-    that header had not been sent."""
+    that header had not been sent (and warned about once per name: `told`, the names a
+    Client warned about, `dropped_told`)."""
     if not headers:
         return {}
     kept: dict[str, str] = {}
@@ -212,7 +214,7 @@ def carried(headers: dict[str, str] | None) -> dict[str, str]:
         if _sendable(name, value):
             kept[name] = value
         else:
-            _dropped(name, value)
+            _dropped(name, value, told)
     return kept
 
 
@@ -226,15 +228,19 @@ def _sendable(name: str, value: str) -> bool:
     return True
 
 
-_DROPS_SHOWN = 64  # header names warned about, per process: a hostile producer's names vary
-_dropped_names: set[str] = set()
+_DROPS_SHOWN = 64  # header names warned about, per Client: a hostile producer's names vary
 
 
-def _dropped(name: str, value: str) -> None:
+def dropped_told(client: Client) -> set[str]:
+    """The header names `client` warned were dropped from copies (its own set)."""
+    return client.cached("dropped header names", set)
+
+
+def _dropped(name: str, value: str, told: set[str]) -> None:
     """Warn once per header name that its value was dropped (it may come on every task)."""
-    if name in _dropped_names or len(_dropped_names) >= _DROPS_SHOWN:
+    if name in told or len(told) >= _DROPS_SHOWN:
         return
-    _dropped_names.add(name)
+    told.add(name)
     log.warning(
         "dropping header %.40r = %.60r from a task's copies: NATS cannot carry it "
         "(a line break or NUL); further drops of this header are not logged",

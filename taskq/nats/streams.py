@@ -33,6 +33,18 @@ class Streams:
         self._nc = client
         self._js = js
         self._guard = guard
+        self._warned: set[str] = set()  # streams whose kept schedules were warned about
+
+    def _warn_schedules_stay(self, stream: str) -> None:
+        """Once per stream and connection: its schedules stay on, and so do roll-ups."""
+        if stream not in self._warned:
+            self._warned.add(stream)
+            log.warning(
+                "stream %s was made with message schedules on (an earlier taskq): the server "
+                "keeps roll-ups on with them, so a producer can purge it; recreate it to lock "
+                "it (docs/security.md)",
+                stream,
+            )
 
     async def ensure(self, spec: StreamSpec) -> None:
         """Create the stream, or update it when its config drifted from `spec`. Settings
@@ -50,7 +62,7 @@ class Streams:
         config.allow_msg_ttl = config.allow_msg_ttl or old.allow_msg_ttl or None
         if old.allow_msg_schedules and not config.allow_msg_schedules:
             config.allow_msg_schedules = True
-            _warn_schedules_stay(spec.name)
+            self._warn_schedules_stay(spec.name)
         if config.allow_msg_schedules:  # the server turns roll-ups on with schedules
             config.allow_rollup_hdrs = old.allow_rollup_hdrs
         if _drifted(config, old):  # only then: a worker's role may not update streams
@@ -365,17 +377,3 @@ def _drifted(
     """Whether any setting taskq sends differs from the stream's (or consumer's)."""
     have = old.as_dict()
     return any(have.get(key) != value for key, value in wanted.as_dict().items())
-
-
-_warned: set[str] = set()
-
-
-def _warn_schedules_stay(stream: str) -> None:
-    if stream not in _warned:
-        _warned.add(stream)
-        log.warning(
-            "stream %s was made with message schedules on (an earlier taskq): the server "
-            "keeps roll-ups on with them, so a producer can purge it; recreate it to lock "
-            "it (docs/security.md)",
-            stream,
-        )
