@@ -23,7 +23,14 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import to_json
 
 from taskq.client import Client, ClientSource
-from taskq.errors import ResultTimeout, StorageFull, TaskCancelled, TaskDropped, TaskFailed
+from taskq.errors import (
+    ResultTimeout,
+    StorageFull,
+    TaskCancelled,
+    TaskDropped,
+    TaskFailed,
+    TransientError,
+)
 from taskq.ids import safe_id
 from taskq.records.clock import now_iso
 from taskq.retrying import patiently, retry_transient
@@ -177,8 +184,8 @@ async def _final(
     updates: asyncio.Queue[bytes],
     timeout: float | None,
 ) -> ResultRecord:
-    record = await _read(client, key, anywhere=True)  # one an earlier layout holds, too
     deadline = None if timeout is None else time.monotonic() + timeout
+    record = await _waited_read(client, key, None, anywhere=True)  # an earlier layout's too
     recheck = 0.05
     while record is None or record.state not in FINAL:
         remaining = None if deadline is None else deadline - time.monotonic()
@@ -194,9 +201,22 @@ async def _final(
             # A write that reached the server just before our subscription may not have
             # been readable yet at the first read: read again, less often each time; the
             # other results buckets (a worker of an earlier layout) at most every 2 s.
-            record = await _read(client, key, anywhere=recheck >= 2.0) or record
+            record = await _waited_read(client, key, record, anywhere=recheck >= 2.0)
             recheck = min(recheck * 2, 2.0)
     return record
+
+
+async def _waited_read(
+    client: Client, key: str, known: ResultRecord | None, *, anywhere: bool
+) -> ResultRecord | None:
+    """A read while waiting for a result: one the server does not answer (a loaded or
+    electing server, past `patiently`'s bound) leaves what was known, and the wait goes
+    on to the caller's own timeout rather than ending on a transient error."""
+    try:
+        return await _read(client, key, anywhere=anywhere) or known
+    except TransientError as exc:
+        log.debug("result of %s not read (%s): waiting on", key, exc)
+        return known
 
 
 async def _stored_final(client: Client, key: str, seen: ResultRecord) -> ResultRecord:
@@ -207,7 +227,7 @@ async def _stored_final(client: Client, key: str, seen: ResultRecord) -> ResultR
     loop = asyncio.get_running_loop()
     until = loop.time() + STORED_WITHIN
     while True:
-        stored = await _read_in(client, client.results.of(key), key)
+        stored = await _waited_read(client, key, None, anywhere=False)
         if (stored is not None and stored.state in FINAL) or loop.time() >= until:
             return stored if stored is not None and stored.state in FINAL else seen
         await asyncio.sleep(0.005)
