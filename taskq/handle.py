@@ -10,7 +10,6 @@ from taskq.client import ClientSource, Published
 from taskq.errors import TaskDropped
 from taskq.operate import unrecorded
 from taskq.records.cancels import CancelReport, cancel
-from taskq.records.heartbeats import running_on
 from taskq.records.progress import Progress, latest, watch
 from taskq.records.results import ResultRecord, fetch, wait
 
@@ -87,7 +86,7 @@ class TaskHandle:
         if record is not None:
             return record.state
         if self.task:  # a task that records its end: none yet
-            return "running" if await running_on(self._app(), self.id) else "queued"
+            return await unrecorded.queued_or_running(self._app(), self.id)
         # a bare id (`app.handle(id)`): its task may keep no record; `unknown` when it is in
         # no queue and has no record (gone unrecorded, purged, expired, or never enqueued)
         return await unrecorded.state(self._app(), self.id, gone="unknown")

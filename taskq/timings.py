@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class Timings(BaseModel):
     """Seconds the engine waits, each for one reason (docs/operations.md, "Timings")."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     # a task no worker of its queue knows comes back after this (up to twice it, jittered),
     # until `unknown_task_grace` has passed: a rolling deploy's new worker takes it

@@ -129,7 +129,7 @@ class RateWindows:
         for _ in range(CONTENTION):
             stored = await self.client.connection.messages.last(stream, self.subject)
             entries = _entries(stored)
-            if time.time() > start / 1000 + self.slack / 2 or (start, nonce) not in entries:
+            if slipped(start / 1000, self.slack) or (start, nonce) not in entries:
                 return None
             spent = [(t, n) if (t, n) != (start, nonce) else (t, "") for t, n in entries]
             if await self._write(stream, stored, spent, int(time.time() * 1000)):
@@ -153,6 +153,12 @@ class RateWindows:
         stored = await self.client.connection.messages.last(stream, self.subject)
         now = time.time() * 1000
         return sum(1 for t, _ in _entries(stored) if now - self.window < t <= now)
+
+
+def slipped(start: float, slack: float) -> bool:
+    """Whether a body reserved for `start` (epoch s) is too late to go on it now: half the
+    `slack` has passed (the other half is for the moment between the check and the body)."""
+    return time.time() > start + slack / 2
 
 
 def slack(period: float) -> float:

@@ -20,7 +20,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from taskq.errors import TaskqError
-from taskq.flowcontrol.rates import Verdict
+from taskq.flowcontrol.rates import Verdict, slipped
 
 READMITS = 8  # fresh starts a gate reserves in a row before it holds the task anyway
 WAIT_LOOP = 30.0  # seconds a thread waits for the event loop's re-admission, at most
@@ -55,8 +55,7 @@ class StartGate:
         self.slipped = 0  # fresh starts reserved after a slip (for tests and logs)
 
     def _late(self) -> bool:
-        # half the slack: the other half is for the moment between this check and the body
-        return time.time() > self.start + self.slack / 2
+        return slipped(self.start, self.slack)
 
     def _next(self, fresh: Verdict) -> float:
         """The fresh start to wait for; StartSlipped when there is none soon."""

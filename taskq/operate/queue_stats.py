@@ -188,7 +188,7 @@ def _rates(
 ) -> None:
     """IN/s: tasks added to the queue, less the copies workers published while holding
     tasks (a held task is stored again: it is no new task); DONE/s: tasks settled, as the
-    workers count them over their last heartbeat. With no worker's figures (a role that
+    workers count them over their last 10 s of heartbeats. With no worker's figures (a role that
     may not read them, or none running), what left the stream stands for what settled."""
     added = (after._last_seq - before._last_seq) / elapsed
     mine = rates.get(after.queue)

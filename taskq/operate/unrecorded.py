@@ -37,9 +37,12 @@ async def shown_state(source: ClientSource, task_id: str, gone: str = "succeeded
     """`state`, with `running` for a task a worker's last heartbeat listed as running
     (what `taskq task` says of it: `queued` would be wrong there)."""
     found = await state(source, task_id, gone)
-    if found == "queued" and await running_on(source, task_id):
-        return "running"
-    return found
+    return await queued_or_running(source, task_id) if found == "queued" else found
+
+
+async def queued_or_running(source: ClientSource, task_id: str) -> str:
+    """A task with no record yet: `running` when a worker's last heartbeat lists it."""
+    return "running" if await running_on(source, task_id) else "queued"
 
 
 async def outcome(source: ClientSource, task_id: str, timeout: float | None) -> ResultRecord:

@@ -60,7 +60,8 @@ class WorkerRecord(BaseModel):
     # the tasks it runs, as `<queue>:<task>` (at most MAX_TASKS_LISTED): a worker starting
     # beside one that runs other tasks on a queue they share says so
     tasks: list[str] = Field(default_factory=list)
-    # per queue, over its last beat: tasks settled and held copies published per second
+    # per queue, over its last 10 s of beats (workers/heartbeat.py): tasks settled and held
+    # copies published per second
     # (`taskq queues`' DONE/s, and what its IN/s leaves out)
     rates: dict[str, dict[str, float]] = Field(default_factory=dict)
 

@@ -21,8 +21,6 @@ from taskq.workflows.replay import Replayer
 from taskq.workflows.state import RunStepState
 from taskq.workflows.wake import SKEW, Trigger, grace_cause, trigger
 
-DEFAULT_GRACE = 600.0  # seconds a cancelled run's code may compensate, by default
-
 
 class CancelGraceOver(asyncio.CancelledError):
     """A cancelled run's code did not end within its `cancel_grace`: it was ended."""

@@ -28,8 +28,7 @@ from taskq.workflows.wake import SKEW, Trigger, decision_id, grace_cause, timer_
 
 log = logging.getLogger("taskq.worker")
 WAITED = frozenset({"run", "child", "sleep", "wait"})  # commands a run waits on
-# a run's end -> its result record's state (an earlier taskq's rounds say `failed`)
-RECORDED = {"succeeded": "succeeded", "dead": "dead", "failed": "dead", "cancelled": "cancelled"}
+RECORDED = {"succeeded": "succeeded", "dead": "dead", "cancelled": "cancelled"}  # run -> record
 
 
 def home(definition: Definition, run_id: str, replayer: Replayer) -> RunStepState:
@@ -74,7 +73,8 @@ async def finish(
 ) -> None:
     """The run ended (its round with `end` is stored): its result record, its summary,
     then its steps still running are cancelled and its parent is woken."""
-    state = LEGACY_RUN.get(str(end.get("state", DEAD)), str(end.get("state", DEAD)))
+    said = str(end.get("state", DEAD))
+    state = LEGACY_RUN.get(said, said)  # an earlier taskq's round says `failed`
     error = end.get("error")
     record = ResultRecord(
         state=RECORDED.get(state, "dead"),
@@ -206,7 +206,7 @@ async def _wake_parent(
     if ok:
         details["value"] = end.get("value")
     else:
-        details.update(state=LEGACY_RUN.get(state, state), error=end.get("error") or {})
+        details.update(state=state, error=end.get("error") or {})
     event = Event.make("done", run.n, **details)
     seq = await store.append(client, run.id, event, f"{safe_id(run_id)}.done")
     await trigger(client, run, Trigger(f"s{seq}"))

@@ -52,6 +52,7 @@ MAX_EVENTS, MAX_EVENT_BYTES, MAX_JOURNAL_BYTES = (
 # but counts toward the journal's bounds, so junk can fail a run, never hide its events
 JUNK = "junk"
 MAX_RUN_ID = 64  # a run id (a child's included) at most; longer child ids are digests
+DEFAULT_GRACE = 600.0  # seconds a cancelled run's code may compensate, by default
 
 
 class Definition(Protocol):

@@ -23,6 +23,7 @@ from typing import Any
 from taskq.errors import TaskqError
 from taskq.workflows.journal import (
     ANSWERED_BY,
+    DEFAULT_GRACE,
     JUNK,
     RESOLVING,
     Event,
@@ -142,7 +143,7 @@ class Replayer:
     cancel_seen: bool = False  # a cancel is visible: the run is cancelling
     cancelled_at: float = 0.0  # when the server stored the first one (0: not known)
     cancel_at: int = -1  # commands made when the code got CancelledError (-1: not yet)
-    cancel_grace: float = 600.0  # seconds its code may compensate after a cancel
+    cancel_grace: float = DEFAULT_GRACE  # seconds its code may compensate after a cancel
     cancels_sent: bool = False  # what ran when the cancel came was cancelled (carried out)
 
     # -- what the code's `wf` calls ----------------------------------------------------------

@@ -18,9 +18,9 @@ from taskq.ids import new_id
 from taskq.records.results import run_key, wait
 from taskq.settings import Settings
 from taskq.workflows import store
-from taskq.workflows.cancelling import DEFAULT_GRACE
 from taskq.workflows.decide import Attempt, decide
 from taskq.workflows.end import expire_run
+from taskq.workflows.journal import DEFAULT_GRACE
 from taskq.workflows.sends import cancel_run, retry_run, send_signal
 from taskq.workflows.state import RunStepState
 from taskq.workflows.wake import start_run
