@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+import taskq
 from taskq import App
 from tests.apps import flowctl
-from tests.conftest import WorkerProcess
+from tests.conftest import WorkerProcess, running_worker
 from tests.flow_helpers import events, flow_app, start_workers
 
 __all__ = ["flow_app"]  # the fixture, shared
@@ -57,3 +58,21 @@ async def test_a_rate_limit_holds_on_body_starts_under_cpu_load(
     # held more than 10 starts
     assert sorted(token for token, _ in rows) == sorted(f"t-{i}" for i in range(60))
     assert most_in_any_window(starts, 1.0) <= 10, sorted(starts)
+
+
+async def test_a_task_waiting_in_the_worker_for_its_start_keeps_its_lease(app: App) -> None:
+    """A rate-limited task waits in its worker for a reserved start up to
+    `timings.in_worker_wait` (a ticketed copy arrives 1.5 s early): longer than this task's
+    1 s ack_wait. Its lease is held while it waits, so the server never hands it to another
+    delivery: each task runs once, on attempt 1."""
+    runs: list[tuple[int, int]] = []
+
+    @app.task(rate_limit="1/s", ack_wait=1.0)
+    async def slow_rate(n: int) -> None:
+        runs.append((n, taskq.current().attempt))
+
+    async with running_worker(app, concurrency=4):
+        handles = [await slow_rate.enqueue(n) for n in range(4)]
+        for handle in handles:
+            await handle.result(timeout=60)
+    assert sorted(runs) == [(n, 1) for n in range(4)]

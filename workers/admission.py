@@ -132,10 +132,7 @@ class Admission:
             loop = asyncio.get_running_loop()
             readmit = lambda: windows.admit(None)  # noqa: E731
             job.gate = StartGate(verdict.start, windows.slack, readmit, loop, key)
-            if verdict.start > time.time():  # its wait restarts the message's ack timer
-                with contextlib.suppress(TaskqError):  # missed: the lease's beat follows
-                    await job.delivery.in_progress()
-            await wait_until(verdict.start)
+            await wait_until(verdict.start)  # its lease is held meanwhile (the judge's)
             return None
         return self._rate_hold(task, flow, key, verdict.until, verdict.ticket)
 

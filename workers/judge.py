@@ -81,7 +81,16 @@ class Judge:
         self._sealing_required = bool(settings.encryption_key) and not settings.allow_plaintext
 
     async def judge(self, job: Job) -> tuple[Decision, Outcome | None]:
-        """Decode, look up, check, run: the verdict for this delivery."""
+        """Decode, look up, check, run: the verdict for this delivery. Its lease is held
+        throughout: a wait in the worker (an eta due soon, a rate limit's reserved start, a
+        debounced burst) restarts the server's ack timer as running does."""
+        self._leases.hold(job.delivery, job.setup.ack_wait, job.queue)
+        try:
+            return await self._judged(job)
+        finally:
+            self._leases.release(job.delivery)
+
+    async def _judged(self, job: Job) -> tuple[Decision, Outcome | None]:
         early = await self._before_running(job)
         if early is not None:
             return early
@@ -207,7 +216,6 @@ class Judge:
     ) -> Outcome:
         assert job.envelope is not None
         job.started = time.monotonic()
-        d = job.delivery
         ctx = job.context = TaskContext(
             job.envelope,
             job.queue,
@@ -221,7 +229,6 @@ class Judge:
         key = safe_id(job.envelope.id)
         self._running.jobs[key] = job
         job.running = job.handler or asyncio.current_task()  # what a cancel interrupts
-        self._leases.hold(d, job.setup.ack_wait, job.queue)
         try:
             outcome = await run_attempt(
                 ctx, self.app.middleware, self._call(task, args, kwargs, ctx, job.gate)
@@ -233,7 +240,6 @@ class Judge:
                 job.running.uncancel()
             outcome = Failure(TaskCancelled(job.envelope.id))
         finally:
-            self._leases.release(d)
             job.running = None
             self._running.jobs.pop(key, None)
         if job.cancel_requested:  # code that could not be interrupted ended on its own

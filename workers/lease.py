@@ -3,8 +3,9 @@
 `in_progress()` resets the server's ack timer (docs/architecture.md); sending it every ack_wait/3
 leaves two chances to spare. One ticker per worker serves every running delivery, so a
 short task costs a dict insert and delete, not a timer task of its own. A lease is held
-only while its attempt runs, which the task's `timeout` bounds, so a stuck task's lease is
-not extended forever.
+while the delivery is judged: its waits in the worker (bounded: an eta or reserved start
+due within `timings.in_worker_wait`) and its attempt, which the task's `timeout` bounds, so
+a stuck task's lease is not extended forever.
 """
 
 from __future__ import annotations
