@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from taskq.batching import Batching
 from taskq.client import Client
+from taskq.clock import Clock
 from taskq.errors import ConfigError
 from taskq.habits import unknown_options
 from taskq.handle import TaskHandle
@@ -59,6 +60,7 @@ class App:
     ) -> None:
         self.settings = Settings.load(url=url, prefix=prefix, **settings)
         self._names = Names(self.settings.prefix)
+        self.clock = Clock()  # what "now" is for this app's Clients (taskq.clock)
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.workflows: dict[str, WorkflowDef] = {}  # durable workflows, by name
         self.periodics: dict[str, Periodic] = {}
@@ -257,7 +259,6 @@ class App:
         """Remove the tasks `queue` holds (only `task`'s, if given); returns how many."""
         return await queue_control.purge_queue(self, queue, task)
 
-    # -- looking at tasks (see taskq.operate.task_list) -----------------------------------
     async def recent_tasks(
         self,
         *,
@@ -291,7 +292,7 @@ class App:
         async with lock:
             client = self._clients.get(loop)
             if client is None:
-                client = await Client.connect(self.settings, self._declared)
+                client = await Client.connect(self.settings, self._declared, self.clock)
                 self._clients[loop] = client
         return client
 

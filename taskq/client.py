@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+from taskq.clock import Clock
 from taskq.errors import ConnectError
 from taskq.ids import safe_id
 from taskq.nats import Connection
@@ -52,9 +53,14 @@ class Client:
     """A connection plus the queue layouts it has ensured; made with `Client.connect`."""
 
     def __init__(
-        self, connection: Connection, settings: Settings, declared: Mapping[str, int]
+        self,
+        connection: Connection,
+        settings: Settings,
+        declared: Mapping[str, int],
+        clock: Clock | None = None,
     ) -> None:
         self.connection = connection
+        self.clock = clock or Clock()  # the App's: what "now" is (taskq.clock)
         self.settings = settings
         self.names = Names(settings.prefix)
         self.results = ResultBuckets(self.names, settings.results_partitions, connection)
@@ -76,11 +82,15 @@ class Client:
         return found
 
     @classmethod
-    async def connect(cls, settings: Settings, declared: Mapping[str, int] | None = None) -> Client:
+    async def connect(
+        cls,
+        settings: Settings,
+        declared: Mapping[str, int] | None = None,
+        clock: Clock | None = None,
+    ) -> Client:
         """Connect (ConnectError names the URL when no server answers)."""
-        return cls(
-            await Connection.connect(settings), settings, {} if declared is None else declared
-        )
+        connection = await Connection.connect(settings)
+        return cls(connection, settings, {} if declared is None else declared, clock)
 
     async def client(self) -> Client:
         """Itself: a Client is a ClientSource, so APIs taking an App take a Client too."""

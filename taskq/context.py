@@ -14,6 +14,7 @@ from contextvars import ContextVar, Token
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from taskq.clock import Clock
 from taskq.errors import NoTaskContext
 from taskq.policy import RetryPolicy
 from taskq.records.clock import parse_time
@@ -33,6 +34,7 @@ class TaskContext:
         "_logger",
         "attempt",
         "cancelled",
+        "clock",
         "envelope",
         "middleware_options",
         "policy",
@@ -51,13 +53,15 @@ class TaskContext:
         timeout: float | None,
         started: float,
         middleware_options: Mapping[str, Any] | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.envelope = envelope
+        self.clock = clock or Clock()  # the worker's app's: skipped time included
         self.queue = queue
         self.attempt = attempt  # 1-based: the server's delivery count
         self.policy = policy
         self.timeout = timeout
-        self.started = started  # wall-clock seconds (time.time()) when the attempt began
+        self.started = started  # epoch seconds (the app's clock) when the attempt began
         # the task's options its app's middleware declared (taskq.middleware: task_options)
         self.middleware_options: Mapping[str, Any] = middleware_options or {}
         # True once a cancel was asked for: code that cannot be interrupted (a `def` task in
@@ -109,12 +113,17 @@ class TaskContext:
             return None
         return datetime.fromtimestamp(self.started, UTC) + timedelta(seconds=self.timeout)
 
+    def now(self) -> datetime:
+        """The current time as the engine sees it: the wall clock, plus what a
+        time-skipping test skipped (taskq.clock)."""
+        return self.clock.now()
+
     def remaining(self, now: datetime | None = None) -> float | None:
         """Seconds left before the timeout (None: no timeout)."""
         deadline = self.deadline
         if deadline is None:
             return None
-        return max(0.0, (deadline - (now or datetime.now(UTC))).total_seconds())
+        return max(0.0, (deadline - (now or self.clock.now())).total_seconds())
 
     @property
     def logger(self) -> logging.LoggerAdapter[logging.Logger]:

@@ -120,6 +120,8 @@ class Hold:
     ticket: str = ""  # a rate-limit window reserved for it
     done: bool = False
     since: float = 0.0  # a task no worker here knows: when one first could not run it
+    # a retry's backoff held (a time-skipping test): the attempt that failed is spent
+    retry: bool = False
 
 
 Decision = Ack | Nak | Dead | Cancel | Hold

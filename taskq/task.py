@@ -10,13 +10,14 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Generic, NoReturn, ParamSpec, Protocol, TypeVar
 
 from taskq.arguments import ArgsValidator
 from taskq.batching import Batching
 from taskq.bulk import publish_many, split
 from taskq.client import ClientSource, Published
+from taskq.clock import Clock
 from taskq.errors import ConfigError, TaskqError
 from taskq.flowcontrol import gates
 from taskq.flowcontrol.gates import Gate
@@ -43,6 +44,9 @@ class Producer(ClientSource, Protocol):
 
     @property
     def middleware(self) -> Chain: ...
+
+    @property
+    def clock(self) -> Clock: ...
 
 
 @dataclass(frozen=True)
@@ -205,8 +209,8 @@ class Task(Generic[P, R]):
             args=wire_args,
             kwargs=wire_kwargs,
             enqueued_at=now_iso(),
-            expires_at=_expires_at(opts.expires),
-            eta=_eta(opts.countdown, opts.eta),
+            expires_at=_expires_at(opts.expires, self.app.clock.now()),
+            eta=_eta(opts.countdown, opts.eta, self.app.clock.now()),
             meta=dict(opts.meta),
         )
 
@@ -351,16 +355,16 @@ def _dropped(task: str) -> TaskqError:
     )
 
 
-def _expires_at(expires: float | timedelta | datetime | None) -> str | None:
+def _expires_at(expires: float | timedelta | datetime | None, now: datetime) -> str | None:
     if expires is None:
         return None
     if isinstance(expires, datetime):
         return format_time(expires)
     seconds = expires.total_seconds() if isinstance(expires, timedelta) else float(expires)
-    return format_time(datetime.now(UTC) + timedelta(seconds=seconds))
+    return format_time(now + timedelta(seconds=seconds))
 
 
-def _eta(countdown: float | None, eta: datetime | None) -> str | None:
+def _eta(countdown: float | None, eta: datetime | None, now: datetime) -> str | None:
     """The envelope's `eta`: when a delayed call is due (None: now, or already past)."""
-    due = due_time(countdown, eta)
-    return format_time(due) if due is not None and due > datetime.now(UTC) else None
+    due = due_time(countdown, eta, now)
+    return format_time(due) if due is not None and due > now else None

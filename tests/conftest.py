@@ -149,7 +149,9 @@ async def keyed(nats_url: str, prefix: str) -> AsyncIterator[App]:
 
 @contextlib.asynccontextmanager
 async def running_worker(app: App, **options: Any) -> AsyncIterator[Worker]:
-    """A Worker running in this event loop for the duration of the block."""
+    """A Worker running in this event loop for the duration of the block (its pull
+    requests expire after 0.1 s, not 1 s: stopping waits for the open ones)."""
+    options.setdefault("fetch_timeout", 0.1)
     worker = Worker(app, **options)
     job = asyncio.create_task(worker.run())
     try:

@@ -104,4 +104,4 @@ def test_example_suite_runs_as_a_user_would(processes: str) -> None:
         env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "5 passed" in result.stdout and "failed" not in result.stdout
+    assert "7 passed" in result.stdout and "failed" not in result.stdout

@@ -131,8 +131,11 @@ class Admission:
         if verdict.start is not None:  # now, or within a moment: wait here, then run
             loop = asyncio.get_running_loop()
             readmit = lambda: windows.admit(None)  # noqa: E731
-            job.gate = StartGate(verdict.start, windows.slack, readmit, loop, key)
-            await wait_until(verdict.start)  # its lease is held meanwhile (the judge's)
+            clock = self.client.clock
+            job.gate = StartGate(verdict.start, windows.slack, readmit, loop, key, clock)
+            await wait_until(
+                verdict.start, clock.time()
+            )  # its lease is held meanwhile (the judge's)
             return None
         return self._rate_hold(task, flow, key, verdict.until, verdict.ticket)
 
@@ -176,7 +179,7 @@ class Admission:
             # of one busy key is parked at one publish per task.
             self._full.setdefault(limit, time.monotonic())
             self._parked[id(job)] = slots
-            until = time.time() + flow.lease + 1.0
+            until = self.client.clock.time() + flow.lease + 1.0
             return Hold(f"max_per_key {flow.max_per_key} (key {key!r})", limit, until)
         beat = time.monotonic() + _interval(flow.lease)
         self._permits[id(job)] = Permit(slots, slot, job.envelope.id, limit, beat)
@@ -192,7 +195,7 @@ class Admission:
         d, envelope = job.delivery, job.envelope
         assert envelope is not None
         holder = self.holder(job.queue)
-        headers = {SPENT: str(job.attempt - 1)}
+        headers = {SPENT: str(job.attempt if hold.retry else job.attempt - 1)}
         if hold.group:  # a limit holds it (no group: a delayed task waiting for its eta)
             headers[HELD] = hold.limit
         if hold.ticket:
@@ -201,8 +204,19 @@ class Admission:
             headers[UNKNOWN] = f"{hold.since:.3f}"
         if id(job) in self._parked:  # parked for a slot: woken by a copy (held.Holder.wake)
             headers[PARK] = new_id()
-        until = _moment(hold.until)
+        until = _moment(hold.until or self.client.clock.time())
         await holder.hold(d, envelope.id, hold.target or d.subject, hold.group, until, headers)
+
+    async def retry_later(self, job: Job, delay: float) -> None:
+        """Have the server redeliver the message after its backoff. In a time-skipping test
+        the retry is held as a schedule instead (its attempt spent), which the test fires
+        once nothing else can run: a redelivery delay ends only by the server's clock."""
+        clock = self.client.clock
+        if delay <= 0 or not clock.skipping:
+            await job.delivery.nak(delay)
+            return
+        await self.hold(job, Hold("its retry backoff", until=clock.time() + delay, retry=True))
+        await job.delivery.ack()
 
     async def after_hold(self, job: Job) -> None:
         """Tasks parked on a key whose holder released between our look and our park would
@@ -271,4 +285,4 @@ def _interval(ttl: float) -> float:
 
 
 def _moment(epoch: float) -> datetime:
-    return datetime.fromtimestamp(epoch or time.time(), UTC)
+    return datetime.fromtimestamp(epoch, UTC)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from taskq.app import App
+from taskq.clock import Clock
 from taskq.context import Reporter, TaskContext
 from taskq.errors import ArgumentsError, DecodeError, TaskCancelled, UnknownTaskError
 from taskq.flowcontrol.debounce import BURST, judge_wake_up
@@ -128,7 +129,7 @@ class Judge:
         early = self._refused(job) or await self._step_checked(job)
         if early is not None:
             return early
-        held = await _until_due(job, self.app.settings.timings.in_worker_wait)
+        held = await _until_due(job, self.app.settings.timings.in_worker_wait, self.app.clock)
         if held is not None:
             return held, None
         return self._refused(job, cancelled_only=True)  # a cancel while it waited
@@ -149,7 +150,7 @@ class Judge:
         if job.attempt > task.policy.attempts:
             unstored = self._running.why_unstored(d.stream, d.seq)
             return _crashed(task, job.attempt, unstored), None
-        if envelope.expired():
+        if envelope.expired(self.app.clock.now()):
             return Dead("expired", f"expired at {envelope.expires_at}"), None
         return None
 
@@ -160,7 +161,8 @@ class Judge:
         after a worker first could not run it; then its dead letter."""
         envelope, d = job.envelope, job.delivery
         assert envelope is not None
-        since, grace = _since(d.header(UNKNOWN)), self.app.settings.unknown_task_grace
+        now = self.app.clock.time()
+        since, grace = _since(d.header(UNKNOWN), now), self.app.settings.unknown_task_grace
         if not since and grace > 0:  # first seen: said once, not at every return
             log.info(
                 "no worker knows task %r here: %s held for one that does (%g s at most)",
@@ -168,12 +170,12 @@ class Judge:
                 envelope.id[:200],
                 grace,
             )
-        since = since or time.time()
-        if time.time() - since < grace:
+        since = since or now
+        if now - since < grace:
             # jittered: copies due at one whole second reach whichever worker's pull waits
             # then, and one worker's pulls can be in step with them (one copy went to the
             # worker that cannot run it ten times in a row in a test before this)
-            again = time.time() + self.app.settings.timings.unknown_again * (1 + random.random())
+            again = now + self.app.settings.timings.unknown_again * (1 + random.random())
             held = f"no worker knows task {envelope.task!r} yet"
             return Hold(held, until=again, since=since), None
         why = f"no worker of queue {job.queue} knew it for {grace:g} s"
@@ -222,8 +224,9 @@ class Judge:
             job.attempt,
             task.policy,
             task.timeout,
-            time.time(),
+            self.app.clock.time(),
             task.middleware_options,
+            self.app.clock,
         )
         ctx.reporter = self._reporter
         key = safe_id(job.envelope.id)
@@ -307,36 +310,36 @@ class Judge:
         return envelope
 
 
-async def _until_due(job: Job, soon: float) -> Hold | None:
+async def _until_due(job: Job, soon: float, clock: Clock) -> Hold | None:
     """A delayed task due later: held (stored as a schedule) until its `eta`; due within
     `soon` seconds, it waits here instead (never early, no schedule's round trip)."""
-    due = _due(job)
+    due = _due(job, clock.time())
     if due is None:
         return None
-    if due - time.time() > soon:
+    if due - clock.time() > soon:
         assert job.envelope is not None
         return Hold(f"its eta {job.envelope.eta}", until=due)
-    await asyncio.sleep(max(0.0, due - time.time()))
+    await asyncio.sleep(max(0.0, due - clock.time()))
     return None
 
 
-def _due(job: Job) -> float | None:
+def _due(job: Job, now: float) -> float | None:
     """When a delayed task is due (epoch seconds), if that is still to come; None for a
     task due now, or one its schedule fired (never held twice: clocks may differ)."""
     eta = job.envelope.eta if job.envelope is not None else None
     if not eta or job.delivery.header(FIRED) is not None:
         return None
     due = parse_time(eta).timestamp()
-    return due if due > time.time() else None
+    return due if due > now else None
 
 
-def _since(header: str | None) -> float:
+def _since(header: str | None, now: float) -> float:
     """When a worker first could not run it (0: this is the first), from its copy's header."""
     try:
         value = float(header or 0)
     except ValueError:
         return 0.0
-    return value if 0 < value <= time.time() else 0.0  # a raw publish may say anything
+    return value if 0 < value <= now else 0.0  # a raw publish may say anything
 
 
 def _dropped(reason: str, kept: str) -> Cancel:

@@ -244,7 +244,7 @@ class Settler:
             else:
                 await d.ack()
         elif isinstance(decision, Nak):
-            await d.nak(decision.delay)
+            await self._admission.retry_later(job, decision.delay)
         elif isinstance(decision, Cancel):
             await d.ack()  # recorded as cancelled (or dropped): nothing left to run
         else:

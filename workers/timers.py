@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections import Counter
 
 from taskq.client import Client
@@ -41,15 +40,19 @@ from taskq.retrying import retry_transient
 
 log = logging.getLogger("taskq.worker")
 BATCH = 256
-LINGER = 1.0  # seconds a pull request waits for fired tasks
 CATCH_UP_WINDOW = 60.0  # `catch_up="one"`: at most one catch-up run per this, or per period
 
 
 async def run_mover(
-    client: Client, queue: str, stopping: asyncio.Event, stats: Counter[str] | None = None
+    client: Client,
+    queue: str,
+    stopping: asyncio.Event,
+    stats: Counter[str] | None = None,
+    linger: float = 1.0,
 ) -> None:
     """Move fired tasks of `queue` until `stopping` is set (late periodic runs dropped are
-    counted in `stats["missed"]`)."""
+    counted in `stats["missed"]`); a pull request waits `linger` seconds for fired tasks (the
+    worker's fetch timeout: stopping waits for it)."""
     names = client.names
     stream, durable = names.timer_stream(queue), names.timer_consumer(queue)
     puller: Puller | None = None
@@ -58,7 +61,7 @@ async def run_mover(
         try:
             if puller is None:
                 puller = await client.connection.pull(stream, durable)
-            await _move_batch(client, puller, tally)
+            await _move_batch(client, puller, tally, linger)
         except TaskqError as exc:
             log.warning("moving fired tasks of queue %s failed: %s", queue, exc)
             if isinstance(exc, NotFound) and puller is not None:
@@ -70,10 +73,10 @@ async def run_mover(
         await puller.close()
 
 
-async def _move_batch(client: Client, puller: Puller, tally: Counter[str]) -> None:
+async def _move_batch(client: Client, puller: Puller, tally: Counter[str], linger: float) -> None:
     """One pull request's firings, each moved as it arrives."""
     moving = [
-        asyncio.create_task(move(client, d, tally)) async for d in puller.stream(BATCH, LINGER)
+        asyncio.create_task(move(client, d, tally)) async for d in puller.stream(BATCH, linger)
     ]
     dropped = Counter(run.task for run in await asyncio.gather(*moving) if run is not None)
     if dropped:
@@ -111,7 +114,7 @@ async def move(client: Client, d: Delivery, tally: Counter[str] | None = None) -
 
 async def catch_up(client: Client, run: Firing) -> bool:
     """Whether periodic `run` goes to its queue: on time, or late and its policy takes it."""
-    if run.catch_up == "all" or not run.late(time.time()):
+    if run.catch_up == "all" or not run.late(client.clock.time()):
         return True
     return run.catch_up == "one" and await _first_late(client, run)
 

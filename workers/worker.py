@@ -13,6 +13,7 @@ import logging
 import traceback
 from collections import Counter
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from taskq.app import App
@@ -127,10 +128,8 @@ class Worker:
         levels = Levels(self.app, client, mains, self._consume_level)
         loops.append(asyncio.create_task(levels.run(self._stopping)))
         # fired schedules (delayed, periodic, held tasks) into their queues
-        loops += [
-            asyncio.create_task(run_mover(client, q, self._stopping, self.stats))
-            for q in self.queues
-        ]
+        mover = partial(run_mover, client, stopping=self._stopping, linger=self.fetch_timeout)
+        loops += [asyncio.create_task(mover(q, stats=self.stats)) for q in self.queues]
         loops.append(asyncio.create_task(self._watch_connection(client)))
         loops.append(asyncio.create_task(self._durability_notice(client)))
         if self.sweeper:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import time
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -72,7 +71,7 @@ async def call(client: Client, call: Envelope, key: str, seconds: float) -> tupl
     subject = record_subject(client, token(key), call.task)
     for _ in range(20):  # another producer replaced the record meanwhile: read again
         current = Burst.of(await client.connection.messages.last(stream, subject))
-        due = time.time() + seconds
+        due = client.clock.time() + seconds
         burst = replace(call, id=current.id if current else call.id, eta=_at(due))
         body = json.dumps({"id": burst.id, "due": due, "call": burst.to_dict()}).encode()
         last = current.seq if current is not None else 0
@@ -116,10 +115,11 @@ async def judge_wake_up(
         burst = Burst.of(await client.connection.messages.last(stream, subject))
         if burst is None or burst.id != envelope.id:  # its burst ran, or expired
             return Verdict(done=True) if has_record else Verdict(run=envelope)
-        if burst.due - time.time() > client.settings.timings.in_worker_wait:
+        now = client.clock.time()
+        if burst.due - now > client.settings.timings.in_worker_wait:
             return Verdict(until=burst.due)
-        if burst.due > time.time():  # due in a moment: wait here, then look again
-            await asyncio.sleep(burst.due - time.time())
+        if burst.due > now:  # due in a moment: wait here, then look again
+            await asyncio.sleep(burst.due - now)
             continue
         if await client.connection.messages.delete(stream, burst.seq):
             return Verdict(run=_last_call(burst, envelope))

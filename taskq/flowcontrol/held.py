@@ -103,13 +103,14 @@ class Holder:
         subject = self.subject(task_id, limit)
         await self._schedule(subject, d.data, sent, until, target, "holding a task")
 
-    async def store(self, envelope: Envelope, until: datetime, internal: bool = False) -> None:
+    async def store(self, envelope: Envelope, until: datetime, internal: str = "") -> None:
         """Store a placed `envelope` as its own delayed schedule, due at `until`: what the
         first worker to receive it with a far `eta` would do, without that delivery (a
-        worker publishing one itself: a durable workflow's timers, `internal`)."""
+        worker publishing one itself: a durable workflow's timers, `internal` says which:
+        `timer`, or `expire` for an ended run's clean-up)."""
         sent = {**envelope.headers, MSG_ID: safe_id(envelope.id), TASK_HEADER: envelope.task}
         if internal:
-            sent[INTERNAL] = "1"
+            sent[INTERNAL] = internal
         subject, body = self.subject(envelope.id, ""), envelope.encode()
         await self._schedule(subject, body, sent, until, envelope.subject, "storing a delayed task")
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-import time
 from dataclasses import dataclass
 
 from taskq.client import Client
@@ -102,12 +101,12 @@ class RateWindows:
             verdict = await self._reserve(stream)
             if verdict is not None:
                 return verdict
-        return Verdict(None, time.time() + self.ahead)  # too busy: a little later
+        return Verdict(None, self.client.clock.time() + self.ahead)  # too busy: a little later
 
     async def _reserve(self, stream: str) -> Verdict | None:
         """One read-decide-write round; None when another worker wrote in between."""
         stored = await self.client.connection.messages.last(stream, self.subject)
-        now = int(time.time() * 1000)
+        now = int(self.client.clock.time() * 1000)
         entries = [e for e in _entries(stored) if e[0] > now - self.spacing]
         start = earliest([e[0] for e in entries], now, self.rate.limit, self.spacing)
         if start - now > rate_horizon(self.rate.period) * 1000 or len(entries) >= MAX_LOG:
@@ -129,10 +128,11 @@ class RateWindows:
         for _ in range(CONTENTION):
             stored = await self.client.connection.messages.last(stream, self.subject)
             entries = _entries(stored)
-            if slipped(start / 1000, self.slack) or (start, nonce) not in entries:
+            late = slipped(start / 1000, self.slack, self.client.clock.time())
+            if late or (start, nonce) not in entries:
                 return None
             spent = [(t, n) if (t, n) != (start, nonce) else (t, "") for t, n in entries]
-            if await self._write(stream, stored, spent, int(time.time() * 1000)):
+            if await self._write(stream, stored, spent, int(self.client.clock.time() * 1000)):
                 return start / 1000
         return None
 
@@ -151,14 +151,14 @@ class RateWindows:
         """Starts planned within the last window (for `taskq limits`)."""
         stream = await ensure_limits(self.client)
         stored = await self.client.connection.messages.last(stream, self.subject)
-        now = time.time() * 1000
+        now = self.client.clock.time() * 1000
         return sum(1 for t, _ in _entries(stored) if now - self.window < t <= now)
 
 
-def slipped(start: float, slack: float) -> bool:
-    """Whether a body reserved for `start` (epoch s) is too late to go on it now: half the
-    `slack` has passed (the other half is for the moment between the check and the body)."""
-    return time.time() > start + slack / 2
+def slipped(start: float, slack: float, now: float) -> bool:
+    """Whether a body reserved for `start` (epoch s) is too late to go on it at `now`: half
+    the `slack` has passed (the other half is for the moment between the check and the body)."""
+    return now > start + slack / 2
 
 
 def slack(period: float) -> float:
@@ -177,8 +177,8 @@ def _entries(stored: StoredMessage | None) -> list[tuple[int, str]]:
         return []  # not a record of ours: start afresh
 
 
-async def wait_until(start: float) -> None:
-    """Sleep until `start` (epoch seconds), if it is still to come."""
-    delay = start - time.time()
+async def wait_until(start: float, now: float) -> None:
+    """Sleep until `start` (epoch seconds), if it is still to come at `now`."""
+    delay = start - now
     if delay > 0:
         await asyncio.sleep(delay)

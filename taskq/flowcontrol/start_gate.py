@@ -19,6 +19,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
+from taskq.clock import Clock
 from taskq.errors import TaskqError
 from taskq.flowcontrol.rates import Verdict, slipped
 
@@ -46,8 +47,10 @@ class StartGate:
         readmit: Callable[[], Awaitable[Verdict]],
         loop: asyncio.AbstractEventLoop,
         key: str = "",
+        clock: Clock | None = None,
     ) -> None:
         self.start = start
+        self.clock = clock or Clock()  # the worker's app's (taskq.clock)
         self.key = key  # the limit's key (a held task is grouped by it)
         self.slack = slack
         self.readmit = readmit
@@ -55,7 +58,7 @@ class StartGate:
         self.slipped = 0  # fresh starts reserved after a slip (for tests and logs)
 
     def _late(self) -> bool:
-        return slipped(self.start, self.slack)
+        return slipped(self.start, self.slack, self.clock.time())
 
     def _next(self, fresh: Verdict) -> float:
         """The fresh start to wait for; StartSlipped when there is none soon."""
@@ -63,7 +66,7 @@ class StartGate:
         if fresh.start is None:
             raise StartSlipped(fresh.until, fresh.ticket)
         self.start = fresh.start
-        return max(0.0, fresh.start - time.time())
+        return max(0.0, fresh.start - self.clock.time())
 
     async def passed(self) -> None:
         """On the event loop, right before an `async def` body (or a process or Spark
@@ -72,7 +75,7 @@ class StartGate:
             if not self._late():
                 return
             await asyncio.sleep(self._next(await self.readmit()))
-        raise StartSlipped(time.time() + self.slack)
+        raise StartSlipped(self.clock.time() + self.slack)
 
     def passed_in_thread(self) -> None:
         """In the task's thread, right before a `def` body: the same, re-admitting on the
@@ -82,7 +85,7 @@ class StartGate:
                 return
             future = asyncio.run_coroutine_threadsafe(_awaited(self.readmit), self.loop)
             time.sleep(self._next(future.result(WAIT_LOOP)))
-        raise StartSlipped(time.time() + self.slack)
+        raise StartSlipped(self.clock.time() + self.slack)
 
 
 async def _awaited(readmit: Callable[[], Awaitable[Verdict]]) -> Verdict:

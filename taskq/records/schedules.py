@@ -28,7 +28,7 @@ from taskq.client import Client, ClientSource
 from taskq.cron import next_fire, parse_cron
 from taskq.errors import BrokerError, ConfigError, NotFound
 from taskq.ids import safe_id
-from taskq.nats import Connection, PubAck
+from taskq.nats import Connection, PubAck, StoredMessage
 from taskq.records.clock import format_time
 from taskq.records.envelope import TASK_HEADER
 from taskq.records.firings import CATCH_UP_HEADER, PERIODIC_HEADER
@@ -87,12 +87,12 @@ def at_expression(moment: datetime) -> str:
     return "@at " + whole.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def due_time(countdown: float | None, eta: datetime | None) -> datetime | None:
-    """When a delayed task is due, or None to send it now."""
+def due_time(countdown: float | None, eta: datetime | None, now: datetime) -> datetime | None:
+    """When a delayed task is due (a `countdown` counts from `now`), or None to send it now."""
     if eta is not None:
         return eta if eta.tzinfo else eta.replace(tzinfo=UTC)
     if countdown is not None and countdown > 0:
-        return datetime.now(UTC) + timedelta(seconds=countdown)
+        return now + timedelta(seconds=countdown)
     return None
 
 
@@ -183,10 +183,10 @@ async def list_schedules(
     return found
 
 
-async def _schedules_in(client: Client, queue: str) -> list[ScheduleInfo]:
+async def stored_schedules(client: Client, queue: str) -> list[StoredMessage]:
+    """The schedule messages in `queue`'s timer stream, by subject (none: no timers yet)."""
     names, connection = client.names, client.connection
     stream = names.timer_stream(queue)
-    prefix = names.schedule_subject(queue, "")
     try:
         state = await connection.streams.state(stream, subjects_filter=names.schedule_filter(queue))
     except NotFound:
@@ -195,19 +195,28 @@ async def _schedules_in(client: Client, queue: str) -> list[ScheduleInfo]:
     for subject in sorted(state.subjects):
         stored = await connection.messages.last(stream, subject)
         if stored is not None:
-            expression = stored.headers.get(SCHEDULE, "?")
-            found.append(
-                ScheduleInfo(
-                    queue,
-                    subject[len(prefix) :],
-                    expression,
-                    names.unfired(stored.headers.get(TARGET, "")) or "?",
-                    stored.seq,
-                    format_time(stored.time) if stored.time else None,
-                    _next_run(expression, stored.time),
-                    _internal(subject[len(prefix) :], stored.headers),
-                )
+            found.append(stored)
+    return found
+
+
+async def _schedules_in(client: Client, queue: str) -> list[ScheduleInfo]:
+    names = client.names
+    prefix = names.schedule_subject(queue, "")
+    found = []
+    for stored in await stored_schedules(client, queue):
+        name, expression = stored.subject[len(prefix) :], stored.headers.get(SCHEDULE, "?")
+        found.append(
+            ScheduleInfo(
+                queue,
+                name,
+                expression,
+                names.unfired(stored.headers.get(TARGET, "")) or "?",
+                stored.seq,
+                format_time(stored.time) if stored.time else None,
+                _next_run(expression, stored.time),
+                _internal(name, stored.headers),
             )
+        )
     return found
 
 

@@ -44,13 +44,19 @@ class DrainTimeout(TaskqError):
 
 
 async def drain(
-    client: Client, queues: list[str], settled: Callable[[], int], timeout: float
+    client: Client,
+    queues: list[str],
+    settled: Callable[[], int],
+    timeout: float,
+    fired_by_server: bool = True,
 ) -> None:
-    """Return once `queues` are idle and the schedules due now have run (`settled()`: how
-    many tasks this process's worker settled so far); DrainTimeout at `timeout` seconds."""
+    """Return once `queues` are idle and (`fired_by_server`) the schedules due now have run
+    (`settled()`: how many tasks this process's worker settled so far); DrainTimeout at
+    `timeout` seconds. A time-skipping test fires schedules itself (taskq.testing.skipping)."""
     deadline = time.monotonic() + timeout
-    start = datetime.now(UTC)
-    hold_until, due = _due(await list_schedules(client, queues), start)
+    hold_until, due = 0.0, set[str]()
+    if fired_by_server:
+        hold_until, due = _due(await list_schedules(client, queues), datetime.now(UTC))
     parts = await queues_on_server(client.connection, client.names)
     seen: int | None = None  # settled() at the last idle look
     while True:

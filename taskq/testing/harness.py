@@ -10,20 +10,23 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import ValidationError
 
 from taskq.app import App
+from taskq.client import Client
 from taskq.dlq.browse import list_dead
 from taskq.dlq.record import DeadLetter
-from taskq.errors import NotFound
+from taskq.errors import ConfigError, NotFound
 from taskq.ids import safe_id
 from taskq.nats.kv import KeyValue
 from taskq.operate.sequence_pages import MAX_WINDOW
 from taskq.records.results import ResultRecord
 from taskq.testing.drain import drain
 from taskq.testing.environment import active
+from taskq.testing.skipping import SKIPPING_WAIT, Skipper
 from taskq.workers.worker import Worker
 
 FETCH_TIMEOUT = 0.01  # seconds: what stopping the worker waits for at most
@@ -53,9 +56,10 @@ class TestWorker:
 
     __test__ = False  # pytest: not a test class
 
-    def __init__(self, app: App, worker: Worker) -> None:
+    def __init__(self, app: App, worker: Worker, skipper: Skipper | None = None) -> None:
         self.app = app
         self.worker = worker
+        self._skipper = skipper  # time_skipping=True
         self.results = Results()  # as of the last drain()
         self.dead: dict[str, DeadLetter] = {}  # by task id, as of the last drain()
 
@@ -67,13 +71,37 @@ class TestWorker:
     async def drain(self, timeout: float = 30.0) -> None:
         """Return when no task is waiting or in flight in the worker's queues and every
         workflow step and schedule due so far has run; then read `results` and `dead`.
-        DrainTimeout (a TaskqError) after `timeout` seconds."""
+        With time skipping, every schedule that is not periodic runs, the clock moved to
+        each in turn. DrainTimeout (a TaskqError) after `timeout` seconds."""
         client = await self.app.client()
+        if self._skipper is not None:
+            await self._skipper.run(self._settled, timeout, None)
+        else:
+            await drain(client, self.worker.queues, self._settled, timeout)
+        await self._read(client)
 
-        def settled() -> int:
-            return sum(n for k, n in self.worker.stats.items() if ":" not in k)
+    async def advance(self, by: timedelta | float, timeout: float = 30.0) -> None:
+        """Time skipping only: move the app's clock `by` forward, running everything that
+        falls due on the way in time order (periodic schedules included), then drain and
+        read `results` and `dead` as `drain()` does."""
+        seconds = by.total_seconds() if isinstance(by, timedelta) else float(by)
+        if self._skipper is None:
+            raise ConfigError("advance() needs worker(app, time_skipping=True)")
+        if not seconds >= 0:
+            raise ConfigError(f"advance() goes forward: {by!r}")
+        client = await self.app.client()
+        until = client.clock.time() + seconds
+        await self._skipper.run(self._settled, timeout, until)
+        await self._read(client)
 
-        await drain(client, self.worker.queues, settled, timeout)
+    def now(self) -> datetime:
+        """The app's time: the wall clock plus what was skipped (taskq.clock)."""
+        return self.app.clock.now()
+
+    def _settled(self) -> int:
+        return sum(n for k, n in self.worker.stats.items() if ":" not in k)
+
+    async def _read(self, client: Client) -> None:
         self.results = Results(await _records(self.app))
         self.dead = {record.id: record for record in await list_dead(client)}
 
@@ -112,20 +140,33 @@ async def _read_bucket(kv: KeyValue, bucket: str, records: dict[str, ResultRecor
 
 @asynccontextmanager
 async def worker(
-    app: App, queues: list[str] | None = None, *, concurrency: int = 16, **options: Any
+    app: App,
+    queues: list[str] | None = None,
+    *,
+    concurrency: int = 16,
+    time_skipping: bool = False,
+    **options: Any,
 ) -> AsyncIterator[TestWorker]:
     """Run a Worker of `app` (on `queues`: default, those of its tasks) for the block.
 
     Inside a test that uses the `taskq_server` fixture, `app` is first pointed at that
-    server and the test's own prefix. Other `options` are Worker's (grace, pool_size, ...).
-    A start hook that fails raises here; the app's connection is closed at the end.
+    server and the test's own prefix. `time_skipping`: what waits for time runs as soon as
+    nothing else can (`drain()`, `advance()`; taskq.testing.skipping). Other `options` are
+    Worker's (grace, pool_size, ...). A start hook that fails raises here; the app's
+    connection is closed at the end.
     """
     environment = active()
     if environment is not None and environment.adopt(app):
         await app.aclose()  # a connection made before, on this loop, went elsewhere
+    saved = app.settings
+    if time_skipping:
+        _skipping(app)
+        await app.aclose()  # its next connection has the skipping timings
     options.setdefault("fetch_timeout", FETCH_TIMEOUT)
     options.setdefault("sweeper", False)
-    harness = TestWorker(app, Worker(app, queues, concurrency=concurrency, **options))
+    running = Worker(app, queues, concurrency=concurrency, **options)
+    skipper = Skipper(await app.client(), running.queues) if time_skipping else None
+    harness = TestWorker(app, running, skipper)
     job = asyncio.create_task(harness.worker.run())
     try:
         await _started(harness.worker, job)
@@ -136,6 +177,16 @@ async def worker(
             await asyncio.wait_for(job, timeout=60)
         finally:
             await app.aclose()
+            if time_skipping:
+                app.settings, app.clock.skipping, app.clock.skipped = saved, False, 0.0
+
+
+def _skipping(app: App) -> None:
+    """Turn time skipping on for `app`: a retry's backoff is held as a schedule, and a
+    worker waits in-process only for what is due within `SKIPPING_WAIT`."""
+    timings = app.settings.timings.model_copy(update={"in_worker_wait": SKIPPING_WAIT})
+    app.configure(timings=timings)
+    app.clock.skipping = True
 
 
 async def _started(running: Worker, job: asyncio.Task[None]) -> None:

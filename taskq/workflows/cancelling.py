@@ -10,7 +10,6 @@ what a cancel may still cost: code that catches the error and waits forever ends
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 from taskq.client import Client
@@ -29,7 +28,7 @@ class CancelGraceOver(asyncio.CancelledError):
 def grace_ends(replayer: Replayer) -> float:
     """When the cancelled run's compensation must be over (epoch seconds): its grace
     after the server stored the cancel (after now, for a cancel stored at no known time)."""
-    return (replayer.cancelled_at or time.time()) + replayer.cancel_grace
+    return (replayer.cancelled_at or replayer.clock.time()) + replayer.cancel_grace
 
 
 def grace_over(replayer: Replayer) -> bool:
@@ -37,7 +36,7 @@ def grace_over(replayer: Replayer) -> bool:
     taken as passed: the decision at its end may come before the time, by this worker's
     clock, and would then decide nothing)."""
     early = min(SKEW, replayer.cancel_grace / 10)
-    return replayer.cancel_seen and time.time() + early >= grace_ends(replayer)
+    return replayer.cancel_seen and replayer.clock.time() + early >= grace_ends(replayer)
 
 
 def cancelled_end(replayer: Replayer) -> dict[str, Any] | None:

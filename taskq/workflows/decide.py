@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -184,21 +183,22 @@ async def _load(
         replayer = _start(definition, run_id, events)
         if replayer is None:
             return None, events
+        replayer.clock = client.clock
         replayer.retries = retries
         replayer.timeout = definition.timeout
         replayer.cancel_grace = definition.cancel_grace
-        replayer.deadline = _deadline(definition, events)
+        replayer.deadline = _deadline(definition, events, client.clock.time())
     replayer.written = max([replayer.written, *(e.seq for e in raw if e.writer == "w")])
     return replayer, events
 
 
-def _deadline(definition: Definition, events: list[Event]) -> float | None:
+def _deadline(definition: Definition, events: list[Event], now: float) -> float | None:
     """When the run times out: its workflow's timeout after its start or its last retry,
     as the server stored them (a start's own `at` is the producer's word)."""
     if not definition.timeout:
         return None
     began = [e.stored_at for e in events if e.kind in ("start", "retry") and e.stored_at]
-    return (began[-1] if began else time.time()) + definition.timeout
+    return (began[-1] if began else now) + definition.timeout
 
 
 def _long(replayer: Replayer | None) -> bool:
@@ -220,7 +220,8 @@ def _timer_due(replayer: Replayer, n: int) -> bool:
     for command in replayer.recorded:
         if command.n == n and command.kind in ("sleep", "wait"):
             until = command.details.get("until")
-            return bool(until) and parse_time(str(until)).timestamp() <= time.time() + SKEW
+            due = parse_time(str(until)).timestamp() if until else None
+            return due is not None and due <= replayer.clock.time() + SKEW
     return False
 
 
@@ -272,7 +273,7 @@ def _round(replayer: Replayer, force: bool = False) -> Event | None:
     """This decision's round: the commands made beyond the journal and the run's end (a
     cancel reaches the code as CancelledError; the run ends cancelled when the code ends or
     its grace is over); None when there is nothing to record."""
-    late = replayer.deadline is not None and time.time() >= replayer.deadline
+    late = replayer.deadline is not None and replayer.clock.time() >= replayer.deadline
     made = [] if late or grace_over(replayer) else replayer.decide()
     end = _end(replayer)
     if end is None and late:
@@ -287,7 +288,7 @@ def _round(replayer: Replayer, force: bool = False) -> Event | None:
         return None
     details: dict[str, Any] = {
         "upto": replayer.seen,
-        "at": time.time(),
+        "at": replayer.clock.time(),
         "commands": made,
     }
     if end is not None:

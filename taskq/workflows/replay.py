@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Coroutine, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
+from taskq.clock import Clock
 from taskq.errors import TaskqError
 from taskq.workflows.journal import (
     ANSWERED_BY,
@@ -135,12 +136,13 @@ class Replayer:
     parent_step: dict[str, Any] | None = None  # the start's pointer to the parent's command
     secret: str | None = None  # the run's secret, from its start (None: an earlier taskq's)
     timeout: float | None = None  # the workflow's timeout in seconds (None: none)...
-    deadline: float | None = None  # ...as the time.time() the run times out
+    deadline: float | None = None  # ...as the epoch second (its clock's) the run times out
     deadline_set: bool = False  # its wake-up at the deadline is published
     warned: bool = False  # its journal's size was warned about (80% of the limit)
     junk: int = 0  # journal messages that are no event (they count toward its bounds)
     size: int = 0  # the bytes of every journal message fed (MAX_JOURNAL_BYTES bounds it)
     cancel_seen: bool = False  # a cancel is visible: the run is cancelling
+    clock: Clock = field(default_factory=Clock)  # its Client's: what now is (taskq.clock)
     cancelled_at: float = 0.0  # when the server stored the first one (0: not known)
     cancel_at: int = -1  # commands made when the code got CancelledError (-1: not yet)
     cancel_grace: float = DEFAULT_GRACE  # seconds its code may compensate after a cancel

@@ -5,7 +5,6 @@ a step's end, a timer, a signal, a cancel), optionally due later (a durable time
 from __future__ import annotations
 
 import secrets
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,12 +41,14 @@ async def trigger(client: Client, run: RunStepState, cause: Trigger) -> None:
         eta=cause.eta,
     )
     due = parse_time(cause.eta) if cause.eta else None
-    if due is None or due.timestamp() - time.time() <= client.settings.timings.in_worker_wait:
+    soon = client.settings.timings.in_worker_wait
+    if due is None or due.timestamp() - client.clock.time() <= soon:
         await client.publish_envelope(envelope, run.queue)
         return
     part = await client.place_message(run.queue, envelope.id)
     placed = client.placed(envelope, run.queue, part)
-    await Holder(client, run.queue).store(placed, due, internal=True)
+    kind = "expire" if cause.expire else "timer"
+    await Holder(client, run.queue).store(placed, due, internal=kind)
 
 
 def timer_cause(n: int, retries: int) -> str:

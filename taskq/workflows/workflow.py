@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import random as _random
 import secrets
-import time
 import uuid as _uuid
 from collections.abc import Awaitable, Iterable
 from datetime import datetime, timedelta
@@ -74,7 +73,7 @@ class Workflow:
         """A durable timer: the run holds no worker while it sleeps, and wakes on any worker,
         after restarts too."""
         seconds = _seconds(delay, "sleep")
-        until = format_epoch(time.time() + seconds)
+        until = format_epoch(self._replayer.clock.time() + seconds)
         return Command(self._replayer, self._replayer.issue("sleep", until=until))
 
     def wait_for(self, name: str, timeout: timedelta | float | None = None) -> Command:
@@ -82,12 +81,13 @@ class Workflow:
         is kept for it), or None when `timeout` passes first."""
         if not isinstance(name, str) or not name or len(name) > 128:
             raise ConfigError(f"a signal name is 1 to 128 characters, not {str(name)[:80]!r}")
-        until = None if timeout is None else format_epoch(time.time() + _seconds(timeout, "wait"))
+        now = self._replayer.clock.time()
+        until = None if timeout is None else format_epoch(now + _seconds(timeout, "wait"))
         return Command(self._replayer, self._replayer.issue("wait", name=name, until=until))
 
     def now(self) -> datetime:
         """The current time, as journaled the first time this call ran."""
-        return parse_time(self._local("now", lambda: format_epoch(time.time())))
+        return parse_time(self._local("now", lambda: format_epoch(self._replayer.clock.time())))
 
     def uuid(self) -> str:
         """A random UUID, the same on every replay."""

@@ -119,10 +119,10 @@ async def test_an_unexpected_error_judging_one_message_dead_letters_it_and_the_l
     doomed = {"doomed-1"}  # its id (`key`), known before it is enqueued
     real = judge_module._until_due
 
-    async def until_due(job: Job, soon: float) -> Any:
+    async def until_due(job: Job, soon: float, *clock: Any) -> Any:
         if job.envelope is not None and job.envelope.id in doomed:
             raise RuntimeError(f"injected fault judging {job.envelope.id}")
-        return await real(job, soon)
+        return await real(job, soon, *clock)
 
     monkeypatch.setattr(judge_module, "_until_due", until_due)
     async with running_worker(app) as worker:
