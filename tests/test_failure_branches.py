@@ -423,9 +423,15 @@ async def test_a_refused_held_copy_hands_the_task_back_and_it_never_exceeds_its_
             assert await second.result(timeout=10) == "second"
     assert ran == ["first", "second"] and most == 1
     # the held copy's writes: refused, then stored on the second delivery (then the waker
-    # claimed it: a compare-and-set record write on the same subject)
+    # claimed it: a compare-and-set record write on the same subject; the release's waker
+    # and a recheck after the park may both try, and one wins)
     writes = [(c.kind, c.method, c.fault) for c in faults.seen(held)]
-    assert writes == [(PUBLISH, "send", REFUSE), (PUBLISH, "send", None), (RECORD, "replace", None)]
+    assert writes[:3] == [
+        (PUBLISH, "send", REFUSE),
+        (PUBLISH, "send", None),
+        (RECORD, "replace", None),
+    ]
+    assert set(writes[3:]) <= {(RECORD, "replace", None)}
     assert worker.stats["dead"] == 0 and await queued(client, app) == 0
 
 

@@ -31,18 +31,22 @@ async def test_held_tasks_show_on_the_overview_queue_and_task_pages(
         held = page.locator('tr[data-queue="default"] [data-field="held"]')
         await expect(held).to_have_text("0")
         handles = [await notify.enqueue(n) for n in range(30)]
-        await wait_until(lambda: worker.stats["held"] >= 28, timeout=30)
+        # two start now, unless a start slipped on a loaded machine: that one is held too
+        # (with a fresh reservation), never run late into the next window
+        await wait_until(lambda: worker.stats["held"] + worker.stats["succeeded"] >= 30, 30)
+        n = 30 - worker.stats["succeeded"]
+        assert n >= 28
         figures = (await dashboard.http.api("/queues/default"))["queue"]
-        assert figures["held"] == 28 and figures["held_by"] == {"rate_limit notify": 28}
+        assert figures["held"] == n and figures["held_by"] == {"rate_limit notify": n}
         assert figures["waiting"] == 0 and figures["in_flight"] == 0
         # the overview's row follows, live (the page was opened before any was held)
-        await expect(held).to_have_text("28", timeout=15_000)
-        await expect(held).to_have_attribute("title", "rate_limit notify: 28")
+        await expect(held).to_have_text(str(n), timeout=15_000)
+        await expect(held).to_have_attribute("title", f"rate_limit notify: {n}")
         # the queue page: how many, and by which limit
         await page.goto(dashboard.url + "/queues/default")
-        await expect(page.locator('dd[data-field="held"]')).to_have_text("28")
+        await expect(page.locator('dd[data-field="held"]')).to_have_text(str(n))
         await expect(page.locator('[data-field="held_by"] li')).to_have_text(
-            ["rate_limit notify: 28"]
+            [f"rate_limit notify: {n}"]
         )
         # a held task's page says it is held, by what, and until when
         for handle in handles:

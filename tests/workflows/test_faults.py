@@ -67,12 +67,20 @@ def _check_ledger(ledger: Path, run_id: str, steps: int) -> None:
 async def test_a_workflow_survives_worker_kills_and_runs_each_completed_step_once(
     nats_url: str, prefix: str, tmp_path: Path, worker_process: Callable[..., WorkerProcess]
 ) -> None:
-    # 16 steps of 0.5 s, a kill every 0.8 s: the run outlasts three kill-and-restart rounds
-    # however fast its decisions are (12 steps of 0.4 s once finished after two)
-    result, kills = await run_with_kills(
-        nats_url, prefix, tmp_path, worker_process, steps=16, seconds=0.5, every=0.8
-    )
-    assert result == sum(range(16)) and kills >= 3, kills
+    # 16 steps of 0.5 s, a kill every 0.8 s after the last restart was ready: the run
+    # outlasts three kill-and-restart rounds however fast its decisions are (12 steps of
+    # 0.4 s once finished after two). On a loaded machine a restart takes seconds, and the
+    # other worker finishes the run meanwhile: another run then takes the remaining kills
+    kills = runs = 0
+    while kills < 3 and runs < 3:
+        folder = tmp_path / str(runs)
+        folder.mkdir()
+        result, more = await run_with_kills(
+            nats_url, prefix, folder, worker_process, steps=16, seconds=0.5, every=0.8
+        )
+        assert result == sum(range(16))
+        kills, runs = kills + more, runs + 1
+    assert kills >= 3, kills
 
 
 @pytest.mark.slow
