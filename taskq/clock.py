@@ -11,22 +11,25 @@ for it. Nothing skips in production: `time()` is `time.time()` plus zero.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 
 class Clock:
     """Wall-clock time plus the seconds skipped so far (only ever forward)."""
 
-    __slots__ = ("skipped", "skipping")
+    __slots__ = ("skipped", "skipping", "time")
 
     def __init__(self) -> None:
         self.skipped = 0.0
         # True while a time-skipping test runs: a retry's backoff is then held as a
         # schedule the test can fire, not a redelivery delay only the server can end
         self.skipping = False
+        # now, in epoch seconds: `time.time` itself until something is skipped (a task's
+        # path reads it per delivery), then the wall clock plus what was skipped
+        self.time: Callable[[], float] = time.time
 
-    def time(self) -> float:
-        """Now, in epoch seconds (`time.time()` plus what was skipped)."""
+    def _skipped_time(self) -> float:
         return time.time() + self.skipped
 
     def now(self) -> datetime:
@@ -40,4 +43,9 @@ class Clock:
         if ahead <= 0:
             return 0.0
         self.skipped += ahead
+        self.time = self._skipped_time
         return ahead
+
+    def reset(self) -> None:
+        """Back to the wall clock, nothing skipped."""
+        self.skipped, self.skipping, self.time = 0.0, False, time.time

@@ -209,8 +209,8 @@ class Task(Generic[P, R]):
             args=wire_args,
             kwargs=wire_kwargs,
             enqueued_at=now_iso(),
-            expires_at=_expires_at(opts.expires, self.app.clock.now()),
-            eta=_eta(opts.countdown, opts.eta, self.app.clock.now()),
+            expires_at=_expires_at(opts.expires, self.app.clock),
+            eta=_eta(opts.countdown, opts.eta, self.app.clock),
             meta=dict(opts.meta),
         )
 
@@ -355,16 +355,19 @@ def _dropped(task: str) -> TaskqError:
     )
 
 
-def _expires_at(expires: float | timedelta | datetime | None, now: datetime) -> str | None:
+def _expires_at(expires: float | timedelta | datetime | None, clock: Clock) -> str | None:
     if expires is None:
         return None
     if isinstance(expires, datetime):
         return format_time(expires)
     seconds = expires.total_seconds() if isinstance(expires, timedelta) else float(expires)
-    return format_time(now + timedelta(seconds=seconds))
+    return format_time(clock.now() + timedelta(seconds=seconds))
 
 
-def _eta(countdown: float | None, eta: datetime | None, now: datetime) -> str | None:
+def _eta(countdown: float | None, eta: datetime | None, clock: Clock) -> str | None:
     """The envelope's `eta`: when a delayed call is due (None: now, or already past)."""
+    if countdown is None and eta is None:
+        return None  # the common call: no clock read
+    now = clock.now()
     due = due_time(countdown, eta, now)
     return format_time(due) if due is not None and due > now else None

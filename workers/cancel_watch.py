@@ -20,7 +20,7 @@ class CancelWatch:
 
     def __init__(self, on_cancel: Callable[[str], None]) -> None:
         self._on_cancel = on_cancel
-        self._keys: set[str] = set()
+        self.keys: set[str] = set()  # safe ids of the tasks cancelled (empty: none)
         self._stop: Callable[[], Awaitable[None]] | None = None
 
     async def start(self, client: Client) -> None:
@@ -29,13 +29,13 @@ class CancelWatch:
         self._stop = await client.connection.kv.follow(client.names.cancels_bucket, self._seen)
 
     def requested(self, task_id: str) -> bool:
-        return bool(self._keys) and safe_id(task_id) in self._keys
+        return bool(self.keys) and safe_id(task_id) in self.keys
 
     def _seen(self, entry: KVEntry) -> None:
         if entry.deleted:
-            self._keys.discard(entry.key)
+            self.keys.discard(entry.key)
             return
-        self._keys.add(entry.key)
+        self.keys.add(entry.key)
         self._on_cancel(entry.key)
 
     async def close(self) -> None:

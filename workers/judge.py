@@ -23,7 +23,7 @@ from taskq.context import Reporter, TaskContext
 from taskq.errors import ArgumentsError, DecodeError, TaskCancelled, UnknownTaskError
 from taskq.flowcontrol.debounce import BURST, judge_wake_up
 from taskq.flowcontrol.gates import DROPPED, KEPT
-from taskq.flowcontrol.held import FIRED, UNKNOWN, spent
+from taskq.flowcontrol.held import FIRED, SPENT, UNKNOWN, spent
 from taskq.flowcontrol.start_gate import StartGate, StartSlipped
 from taskq.ids import safe_id
 from taskq.nats import Delivery
@@ -140,17 +140,18 @@ class Judge:
         """Cancelled, unknown, crash-looped or expired: its verdict; else None."""
         envelope, task, d = job.envelope, job.task, job.delivery
         assert envelope is not None
-        if self._cancels.requested(envelope.id):
+        if self._cancels.keys and self._cancels.requested(envelope.id):  # none: no call
             return Cancel(), Failure(TaskCancelled(envelope.id))
         if cancelled_only:
             return None
         if task is None:
             return self._unknown(job)
-        job.spent = spent(d)  # a held task's copy carries the attempts it already used
+        if d.header(SPENT) is not None:  # a held task's copy carries the attempts it used
+            job.spent = spent(d)
         if job.attempt > task.policy.attempts:
             unstored = self._running.why_unstored(d.stream, d.seq)
             return _crashed(task, job.attempt, unstored), None
-        if envelope.expired(self.app.clock.now()):
+        if envelope.expires_at and envelope.expired(self.app.clock.now()):
             return Dead("expired", f"expired at {envelope.expires_at}"), None
         return None
 
@@ -313,6 +314,8 @@ class Judge:
 async def _until_due(job: Job, soon: float, clock: Clock) -> Hold | None:
     """A delayed task due later: held (stored as a schedule) until its `eta`; due within
     `soon` seconds, it waits here instead (never early, no schedule's round trip)."""
+    if job.envelope is None or not job.envelope.eta:
+        return None
     due = _due(job, clock.time())
     if due is None:
         return None

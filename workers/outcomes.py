@@ -96,7 +96,7 @@ def _call(job: Job) -> dict[str, Any]:
         "args": envelope.args if kept else None,
         "kwargs": envelope.kwargs if kept else None,
         "enqueued_at": envelope.enqueued_at,
-        "workflow": final_id(envelope.workflow, envelope.id),
+        "workflow": final_id(envelope.workflow, envelope.id) if envelope.workflow else None,
     }
 
 

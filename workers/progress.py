@@ -35,7 +35,7 @@ class ProgressWriter:
         self._lock = threading.Lock()  # reports come from task threads too
         self._loop = asyncio.get_running_loop()
         self._ticker = Ticker("progress writing", self._tick, lambda: self._interval)
-        self._started = False
+        self.started = False  # a report was taken (none yet: nothing to flush)
         self._ready = False
         # per task, the write of the report taken last: the next one waits for it
         self._last: dict[str, asyncio.Future[None]] = {}
@@ -45,8 +45,8 @@ class ProgressWriter:
         report = Progress(value=value, message=message, attempt=ctx.attempt, at=now_iso())
         with self._lock:
             self._pending[ctx.id] = report
-        if not self._started:  # the first report starts the ticker (from any thread)
-            self._started = True
+        if not self.started:  # the first report starts the ticker (from any thread)
+            self.started = True
             self._loop.call_soon_threadsafe(self._ticker.start)
 
     async def _tick(self) -> None:

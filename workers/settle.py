@@ -99,7 +99,7 @@ class Settler:
     async def settle(self, job: Job, decision: Decision, outcome: Outcome | None) -> None:
         """Settle one verdict: grouped when it needs only its writes and a settle (the group
         settles it after this returns), else alone, before this returns."""
-        if job.context is not None and job.envelope is not None:
+        if job.context is not None and job.envelope is not None and self._progress.started:
             await self._progress.flush(job.envelope.id)
         if isinstance(decision, Hold):
             await self._hold(job, decision)

@@ -88,7 +88,7 @@ async def send_group(
             acks = await client.connection.kv.put_many_nowait(bucket, [(k, r) for _, k, r in left])
             records.update(zip([i for i, _, _ in left], acks, strict=True))
     dead = [(i, w.letter) for i, (_, w) in enumerate(verdicts) if w.letter is not None]
-    sent = await send_letters(client, [letter for _, letter in dead], atomic=atomic)
+    sent = await send_letters(client, [letter for _, letter in dead], atomic=atomic) if dead else []
     letters = {i: ack for (i, _), ack in zip(dead, sent, strict=True)}
     return [(records.get(i), letters.get(i)) for i in range(len(verdicts))]
 

@@ -60,7 +60,7 @@ class Delivery:
         """Keep `data` as the body, opened once here (for its place) when sealed; a body
         this process cannot open keeps its bytes and says why (the worker dead-letters it)."""
         self._data = data
-        self.sealed = is_sealed(data)
+        self.sealed = data[:1] == b"\x00" and is_sealed(data)  # plain JSON: one comparison
         if self.sealed:
             try:
                 self._data = seals.open(self._msg.subject, self._msg.headers, data)
@@ -206,7 +206,7 @@ class Puller:
             if status is None:
                 remaining -= 1
                 delivery = Delivery(msg, self._client, self._guard, self._seals)
-                if self._claims is not None and is_claim(msg.data):
+                if self._claims is not None and msg.data[:1] == b"\x00" and is_claim(msg.data):
                     await delivery.check_out(self._claims, self._seals)
                 yield delivery
             elif status != "100" and request_over(status, msg):  # 100: idle heartbeat

@@ -24,6 +24,7 @@ from taskq.ids import safe_id
 from taskq.nats.kv import KeyValue
 from taskq.operate.sequence_pages import MAX_WINDOW
 from taskq.records.results import ResultRecord
+from taskq.settings import Settings
 from taskq.testing.drain import drain
 from taskq.testing.environment import active
 from taskq.testing.skipping import SKIPPING_WAIT, Skipper
@@ -155,13 +156,7 @@ async def worker(
     Worker's (grace, pool_size, ...). A start hook that fails raises here; the app's
     connection is closed at the end.
     """
-    environment = active()
-    if environment is not None and environment.adopt(app):
-        await app.aclose()  # a connection made before, on this loop, went elsewhere
-    saved = app.settings
-    if time_skipping:
-        _skipping(app)
-        await app.aclose()  # its next connection has the skipping timings
+    saved = await _pointed(app, time_skipping)
     options.setdefault("fetch_timeout", FETCH_TIMEOUT)
     options.setdefault("sweeper", False)
     running = Worker(app, queues, concurrency=concurrency, **options)
@@ -178,7 +173,21 @@ async def worker(
         finally:
             await app.aclose()
             if time_skipping:
-                app.settings, app.clock.skipping, app.clock.skipped = saved, False, 0.0
+                app.settings = saved
+                app.clock.reset()
+
+
+async def _pointed(app: App, time_skipping: bool) -> Settings:
+    """Point `app` at the running test's server (and turn time skipping on); the app's own
+    settings, to give back at the end."""
+    environment = active()
+    if environment is not None and environment.adopt(app):
+        await app.aclose()  # a connection made before, on this loop, went elsewhere
+    saved = app.settings
+    if time_skipping:
+        _skipping(app)
+        await app.aclose()  # its next connection has the skipping timings
+    return saved
 
 
 def _skipping(app: App) -> None:
