@@ -200,7 +200,21 @@ async def _record_member(client: Client, flow: ChordState, value: Any) -> None:
     await ensure_flows(client)
     await kv.create(bucket, f"{flow.members}.r.{flow.index}", to_json(value, fallback=repr))
     if await kv.count(bucket, f"{flow.members}.r.*") >= flow.size:
-        await _publish_callback(client, flow)
+        await _callback_once(client, flow)
+
+
+async def _callback_once(client: Client, flow: ChordState) -> None:
+    """Publish the callback, once per client however many of its members see the full
+    count: the last members settle together (up to the worker's concurrency), and each
+    gathering every member's result was measured to delay the callback by seconds (64
+    gatherers of a 1,000-member chord). Each caller still awaits the publish (its member is
+    acknowledged only after it); a failure reaches them all, and their redeliveries retry."""
+    pending = client.cached("chord callbacks", dict)
+    publishing = pending.get(flow.members)
+    if publishing is None:
+        publishing = pending[flow.members] = asyncio.ensure_future(_publish_callback(client, flow))
+        publishing.add_done_callback(lambda _: pending.pop(flow.members, None))
+    await asyncio.shield(publishing)
 
 
 async def _publish_callback(client: Client, flow: ChordState) -> None:
