@@ -22,6 +22,10 @@ class Job:
 
     setup: QueueSetup
     delivery: Delivery
+    queue: str  # the setup's: plain fields, read on every delivery's path
+    # the attempt number: the server's delivery count plus attempts spent before this
+    # message existed (a task held by a limit is re-published and keeps its count)
+    attempt: int
     envelope: Envelope | None = None
     task: Task[Any, Any] | None = None
     started: float = 0.0
@@ -30,17 +34,6 @@ class Job:
     handler: asyncio.Task[Any] | None = None  # the worker's task handling this delivery
     lettered: bool = False  # its dead letter is stored (by the settle group): TERM only
     cancel_requested: bool = False
-    spent: int = 0  # attempts spent by earlier messages of this task (a held task's copy)
     permit: bool = False  # holds a per-key concurrency slot (taskq.workers.admission)
     parked: KeySlots | None = None  # held for a slot of these: woken if one is free now
     gate: StartGate | None = None  # a rate-limited task's reserved start, checked last
-
-    @property
-    def queue(self) -> str:
-        return self.setup.queue
-
-    @property
-    def attempt(self) -> int:
-        """The attempt number: the server's delivery count plus attempts spent before this
-        message existed (a task held by a limit is re-published and keeps its count)."""
-        return self.delivery.num_delivered + self.spent

@@ -78,6 +78,8 @@ class Judge:
         self._cancels = cancels
         self._reporter = reporter
         self._admission = admission  # flow control (tasks with limits only)
+        # read once: the worker runs with one prefix and one (mutable) middleware chain
+        self._names, self._middleware = app.names, app.middleware
         settings = app.settings
         self._sealing_required = bool(settings.encryption_key) and not settings.allow_plaintext
 
@@ -147,7 +149,7 @@ class Judge:
         if task is None:
             return self._unknown(job)
         if d.header(SPENT) is not None:  # a held task's copy carries the attempts it used
-            job.spent = spent(d)
+            job.attempt = d.num_delivered + spent(d)
         if job.attempt > task.policy.attempts:
             unstored = self._running.why_unstored(d.stream, d.seq)
             return _crashed(task, job.attempt, unstored), None
@@ -235,7 +237,7 @@ class Judge:
         job.running = job.handler or asyncio.current_task()  # what a cancel interrupts
         try:
             outcome = await run_attempt(
-                ctx, self.app.middleware, self._call(task, args, kwargs, ctx, job.gate)
+                ctx, self._middleware, self._call(task, args, kwargs, ctx, job.gate)
             )
         except asyncio.CancelledError:
             if not job.cancel_requested:
@@ -294,7 +296,7 @@ class Judge:
             raise DecodeError(d.unreadable)
         if not d.sealed and self._sealing_required:
             raise DecodeError(PLAINTEXT_REFUSED)
-        parsed = self.app.names.parse_queue_subject(d.subject)
+        parsed = self._names.parse_queue_subject(d.subject)
         envelope = decode(
             d.data,
             subject_task=parsed[1] if parsed else None,

@@ -322,7 +322,7 @@ class Worker:
     def _start(self, setup: QueueSetup, delivery: Delivery) -> None:
         # Fetched while stopping too: it runs (its slot is reserved, grace applies), since
         # handing it back would cost it an attempt (the server counts every delivery).
-        state = Job(setup, delivery)
+        state = Job(setup, delivery, setup.queue, delivery.num_delivered)
         job = state.handler = asyncio.create_task(self._handle(state))
         self._running.add(job)
         job.add_done_callback(self._done)

@@ -49,6 +49,8 @@ async def run_with_kills(
     result = await run.result(timeout=60)
     _check_ledger(ledger, run.id, steps)
     await journaled.app.aclose()
+    for proc in procs:  # a next run's steps must not reach this run's workers (and ledger)
+        proc.close()
     return result, kills
 
 
