@@ -133,9 +133,8 @@ class Admission:
             readmit = lambda: windows.admit(None)  # noqa: E731
             clock = self.client.clock
             job.gate = StartGate(verdict.start, windows.slack, readmit, loop, key, clock)
-            await wait_until(
-                verdict.start, clock.time()
-            )  # its lease is held meanwhile (the judge's)
+            # its lease is held meanwhile (the judge's)
+            await wait_until(verdict.start, clock.time())
             return None
         return self._rate_hold(task, flow, key, verdict.until, verdict.ticket)
 

@@ -163,14 +163,9 @@ class Holder:
         token = held.headers.get(PARK, "")
         told = dropped_told(self.client)
         headers = {**carried(held.headers, told), **(note or {}), MSG_ID: f"wake:{token or mine}"}
-        target = self.client.names.unfired(held.headers.get(TARGET, ""))
-        if target is None:
+        if not await send_now(self.client, held, headers):
             return False  # not ours to move: it fires at its own time
         connection = self.client.connection
-        # straight into its queue (no scheduler latency); a claim-checked body is the
-        # schedule's own: the copy carries the body itself
-        body = await connection.opened(held.data, held.subject, held.headers)
-        await retry_transient(lambda: connection.publish(target, body, headers))
         await connection.messages.delete(self.stream, mine)
         await connection.release_claim(held.data, held.subject, held.headers)
         return True
@@ -191,6 +186,20 @@ class Holder:
                 return held, mine
             seq = held.seq + 1  # another worker is waking that one
         return None
+
+
+async def send_now(client: Client, schedule: StoredMessage, headers: dict[str, str]) -> bool:
+    """Publish a stored schedule's task straight into its queue (no scheduler latency), with
+    `headers`; False when its target is no queue subject of ours. A claim-checked body is
+    the schedule's own: the copy carries the body itself (the caller releases the claim
+    once the schedule is gone)."""
+    target = client.names.unfired(schedule.headers.get(TARGET, ""))
+    if target is None:
+        return False
+    connection = client.connection
+    body = await connection.opened(schedule.data, schedule.subject, schedule.headers)
+    await retry_transient(lambda: connection.publish(target, body, headers))
+    return True
 
 
 def commit_id(task_id: str, stream: str, seq: int, delivery: int) -> str:

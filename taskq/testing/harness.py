@@ -24,7 +24,6 @@ from taskq.ids import safe_id
 from taskq.nats.kv import KeyValue
 from taskq.operate.sequence_pages import MAX_WINDOW
 from taskq.records.results import ResultRecord
-from taskq.settings import Settings
 from taskq.testing.drain import drain
 from taskq.testing.environment import active
 from taskq.testing.skipping import SKIPPING_WAIT, Skipper
@@ -156,38 +155,42 @@ async def worker(
     Worker's (grace, pool_size, ...). A start hook that fails raises here; the app's
     connection is closed at the end.
     """
-    saved = await _pointed(app, time_skipping)
     options.setdefault("fetch_timeout", FETCH_TIMEOUT)
     options.setdefault("sweeper", False)
-    running = Worker(app, queues, concurrency=concurrency, **options)
-    skipper = Skipper(await app.client(), running.queues) if time_skipping else None
-    harness = TestWorker(app, running, skipper)
-    job = asyncio.create_task(harness.worker.run())
-    try:
-        await _started(harness.worker, job)
-        yield harness
-    finally:
-        harness.worker.stop()
+    async with _pointed(app, time_skipping):
+        running = Worker(app, queues, concurrency=concurrency, **options)
+        skipper = Skipper(await app.client(), running.queues) if time_skipping else None
+        harness = TestWorker(app, running, skipper)
+        job = asyncio.create_task(harness.worker.run())
         try:
-            await asyncio.wait_for(job, timeout=60)
+            await _started(harness.worker, job)
+            yield harness
         finally:
-            await app.aclose()
-            if time_skipping:
-                app.settings = saved
-                app.clock.reset()
+            harness.worker.stop()
+            try:
+                await asyncio.wait_for(job, timeout=60)
+            finally:
+                await app.aclose()
 
 
-async def _pointed(app: App, time_skipping: bool) -> Settings:
-    """Point `app` at the running test's server (and turn time skipping on); the app's own
-    settings, to give back at the end."""
+@asynccontextmanager
+async def _pointed(app: App, time_skipping: bool) -> AsyncIterator[None]:
+    """Point `app` at the running test's server for the block (and turn time skipping on:
+    the app's own settings and clock come back at the end, however the block ends)."""
     environment = active()
     if environment is not None and environment.adopt(app):
         await app.aclose()  # a connection made before, on this loop, went elsewhere
+    if not time_skipping:
+        yield
+        return
     saved = app.settings
-    if time_skipping:
-        _skipping(app)
-        await app.aclose()  # its next connection has the skipping timings
-    return saved
+    _skipping(app)
+    await app.aclose()  # its next connection has the skipping timings
+    try:
+        yield
+    finally:
+        app.settings = saved
+        app.clock.reset()
 
 
 def _skipping(app: App) -> None:

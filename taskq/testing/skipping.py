@@ -29,13 +29,12 @@ from datetime import UTC, datetime
 from taskq.client import Client
 from taskq.cron import next_fire
 from taskq.errors import ConfigError
-from taskq.flowcontrol.held import FIRED, carried, dropped_told
+from taskq.flowcontrol.held import FIRED, carried, dropped_told, send_now
 from taskq.nats import StoredMessage
 from taskq.records.clock import parse_time
 from taskq.records.envelope import MSG_ID, TASK_HEADER
 from taskq.records.firings import run_id
 from taskq.records.schedules import INTERNAL, SCHEDULE, TARGET, stored_schedules
-from taskq.retrying import retry_transient
 from taskq.testing.drain import DrainTimeout, drain
 
 SKIPPING_WAIT = 0.01  # seconds: anything due later waits as a schedule the harness fires
@@ -94,8 +93,10 @@ class Skipper:
 
     def _due(self, queue: str, stored: StoredMessage, periodic: bool) -> Due | None:
         expression = stored.headers.get(SCHEDULE, "")
-        if stored.headers.get(INTERNAL) in UNFIRED or TARGET not in stored.headers:
+        if stored.headers.get(INTERNAL) in UNFIRED:
             return None
+        if self.client.names.unfired(stored.headers.get(TARGET, "")) is None:
+            return None  # not one of ours to move: it fires at its own time
         try:
             if expression.startswith("@at "):
                 return Due(queue, stored, _one_shot(expression, stored.data), False)
@@ -110,11 +111,8 @@ class Skipper:
 
     async def _fire(self, due: Due) -> None:
         """Publish the schedule's task into its queue now (a one-shot one deleted first)."""
-        connection, names, stored = self.client.connection, self.client.names, due.stored
-        stream = names.timer_stream(due.queue)
-        target = names.unfired(stored.headers.get(TARGET, ""))
-        if target is None:
-            return  # not one of ours to move
+        connection, stored = self.client.connection, due.stored
+        stream = self.client.names.timer_stream(due.queue)
         headers = {**carried(stored.headers, dropped_told(self.client)), FIRED: str(stored.seq)}
         if due.periodic:
             self._fired[stored.subject] = due.at
@@ -124,8 +122,7 @@ class Skipper:
             return  # the server fired it meanwhile
         else:
             headers[MSG_ID] = f"fired:{stream}:{stored.seq}"
-        body = await connection.opened(stored.data, stored.subject, stored.headers)
-        await retry_transient(lambda: connection.publish(target, body, headers))
+        await send_now(self.client, stored, headers)
         if not due.periodic:
             await connection.release_claim(stored.data, stored.subject, stored.headers)
 
