@@ -47,17 +47,18 @@ _IN_CLI: contextvars.ContextVar[bool] = contextvars.ContextVar("in_cli", default
 
 
 def run_in_process(
-    argv: list[str], stdin: str | None, timeout: float
+    argv: list[str], stdin: str | None, timeout: float, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str] | None:
     """Run `argv` (a `cli_argv` command line) in this process as the subprocess would have;
     None when it cannot: the cwd is not ROOT (the subprocess's), or an earlier call that
-    timed out still holds the lane. A call past `timeout` raises TimeoutExpired."""
+    timed out still holds the lane. A call past `timeout` raises TimeoutExpired. `env`: the
+    variables set (over this process's) while it runs."""
     assert argv[:3] == PROGRAM, argv
     if Path.cwd().resolve() != ROOT or any(thread.is_alive() for thread in _STUCK):
         return None
     if not _LANE.acquire(timeout=timeout):
         return None
-    call = _Call(argv[3:], stdin)
+    call = _Call(argv[3:], stdin, env or {})
     # a thread of its own: the command runs its own event loop (asyncio.run / uvloop.run),
     # and the caller may be inside a running one
     thread = threading.Thread(target=call.run, name="taskq-cli", daemon=True)
@@ -72,9 +73,10 @@ def run_in_process(
 class _Call:
     """One command: its arguments and stdin, then its exit code and what it printed."""
 
-    def __init__(self, args: list[str], stdin: str | None) -> None:
+    def __init__(self, args: list[str], stdin: str | None, env: dict[str, str]) -> None:
         self.args = args
         self.stdin = stdin
+        self.env = env
         self.code = -1
         self.stdout = ""
         self.stderr = ""
@@ -84,7 +86,7 @@ class _Call:
         _IN_CLI.set(True)
         try:
             # stdin "" rather than None: no terminal and nothing to read, like DEVNULL
-            with CliRunner().isolation(input=self.stdin or "") as (out, err, _mixed):
+            with CliRunner().isolation(input=self.stdin or "", env=self.env) as (out, err, _mixed):
                 with (
                     _logging_to(sys.stderr, _log_level(self.args)),
                     _app_imports_undone(self.args),

@@ -26,12 +26,19 @@ from taskq.server import EmbeddedServer
 from taskq.workers import Worker
 from tests.cli_runner import run_in_process
 from tests.cluster import DEPLOY, Cluster, shipped_on_loopback
+from tests.scheduling import heavy_first
 
 ROOT = Path(__file__).resolve().parent.parent
 # seconds after which a call that must return (an answer, a refusal) is taken to hang: a
 # deadline that only catches a hang, never a slow machine (speed is measured in bench/)
 HANG = 60.0
 T = TypeVar("T")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The heavy tests first, one share per test process (tests/scheduling.py)."""
+    processes = config.getoption("numprocesses", None)
+    items[:] = heavy_first(items, processes if isinstance(processes, int) else 0)
 
 
 def cli_argv(url: str, prefix: str, *args: str) -> list[str]:
@@ -46,12 +53,14 @@ def run_cli(
     stdin: str | None = None,
     timeout: float = 120,
     fresh: bool = False,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """`taskq --url URL --prefix PREFIX ARGS...` as a user runs it (no terminal on stdin):
     in this process (tests/cli_runner.py, no 1.2 s interpreter start), or with `fresh` in
-    a new interpreter, for a test about the real one (its imports, its exit)."""
+    a new interpreter, for a test about the real one (its imports, its exit). `env`: the
+    environment variables it runs with, over this process's."""
     if not fresh:
-        done = run_in_process(cli_argv(url, prefix, *args), stdin, timeout)
+        done = run_in_process(cli_argv(url, prefix, *args), stdin, timeout, env)
         if done is not None:
             return done
     return subprocess.run(
@@ -62,6 +71,7 @@ def run_cli(
         timeout=timeout,
         input=stdin,
         stdin=None if stdin is not None else subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
     )
 
 

@@ -126,6 +126,7 @@ def test_server_sync_must_be_always_or_a_duration() -> None:
     assert "sync must be 'always' or a duration" in result.stderr
 
 
+@pytest.mark.heavy
 def test_demo_runs_end_to_end() -> None:
     result = taskq("demo", "--tasks", "200", timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -151,6 +152,7 @@ def assert_workflow_run(out: str) -> str:
     return run_id
 
 
+@pytest.mark.heavy
 def test_demo_without_spark_serves_its_dashboard_and_workflow_run_until_ctrl_c() -> None:
     demo = ["demo", "--no-spark", "--tasks", "5", "--dashboard", "--dashboard-port", "0"]
     proc = subprocess.Popen(

@@ -68,11 +68,13 @@ async def run_leader_kill(
             worker.close()
 
 
+@pytest.mark.heavy
 @pytest.mark.timeout(420)  # its worker start may take 150 s, its run 120 s (hang deadlines)
 async def test_stream_leader_killed_mid_run_loses_nothing(cluster: Cluster, tmp_path: Path) -> None:
     await run_leader_kill(cluster, tmp_path, 5000)
 
 
+@pytest.mark.heavy
 @pytest.mark.timeout(420)
 async def test_results_leader_killed_mid_run_nothing_hangs(
     cluster: Cluster, tmp_path: Path

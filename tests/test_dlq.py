@@ -9,6 +9,8 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from taskq import App, Reject
 from taskq.dlq.browse import Filters, list_dead
 from taskq.dlq.requeue import requeue
@@ -230,6 +232,7 @@ async def test_cli_export_import_round_trip_is_byte_exact(
     await target.aclose()
 
 
+@pytest.mark.heavy
 async def test_requeue_killed_halfway_then_rerun_enqueues_each_once(
     app: App, nats_url: str, prefix: str
 ) -> None:

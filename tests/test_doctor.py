@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +24,7 @@ from taskq.ports import lease_port, release_port
 from taskq.server import EmbeddedServer
 from taskq.settings import Settings
 from tests.cluster import DEPLOY, Cluster
-from tests.conftest import ROOT, running_worker, wait_until
+from tests.conftest import run_cli, running_worker, wait_until
 from tests.roles import credentials, provisioned, role_env
 
 CHECKS = [
@@ -45,16 +42,9 @@ CHECKS = [
 
 
 def doctor(url: str, *args: str, prefix: str = "taskq", env: dict[str, str] | None = None) -> Any:
-    """`taskq --url URL --prefix P doctor ARGS...` as a user runs it."""
-    return subprocess.run(
-        [sys.executable, "-m", "taskq", "--url", url, "--prefix", prefix, "doctor", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, **(env or {})},
-    )
+    """`taskq --url URL --prefix P doctor ARGS...` as a user runs it (in this process: the
+    report's text and exit code are what these tests are about)."""
+    return run_cli(url, prefix, "doctor", *args, env=env)
 
 
 def report(url: str, *args: str, **options: Any) -> dict[str, dict[str, Any]]:
@@ -272,6 +262,7 @@ async def test_the_shipped_secure_single_node_passes_as_the_operator(tmp_path: P
     assert lines[-1] == "doctor: 9 ok, 1 warn, 0 fail"
 
 
+@pytest.mark.heavy
 async def test_the_shipped_secured_cluster_passes_with_r3_streams(shipped_cluster: Cluster) -> None:
     """deploy/nats/cluster/*.conf as shipped (on loopback, as tests/test_deploy.py uses
     them), once R3 streams exist: servers, sync and replicas ok with every node's monitoring

@@ -99,6 +99,7 @@ def own_cluster(tmp_path: Path) -> Iterator[Cluster]:
     nodes.close()
 
 
+@pytest.mark.heavy
 async def test_a_cluster_with_passwords_of_its_own_gives_no_warning(own_cluster: Cluster) -> None:
     """The route password tried on each node's route port (read from its /varz) is refused
     there, and no role's shipped password works: ok, saying so."""

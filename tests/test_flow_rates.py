@@ -19,6 +19,7 @@ from tests.flow_helpers import events, flow_app, start_workers
 __all__ = ["flow_app"]  # the fixture, shared
 
 
+@pytest.mark.heavy
 async def test_a_rate_limit_holds_across_worker_processes_without_spending_attempts(
     flow_app: App, tmp_path: Path, worker_process: Callable[..., WorkerProcess]
 ) -> None:

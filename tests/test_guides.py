@@ -220,6 +220,7 @@ async def _get_json(url: str) -> Any:
     return await asyncio.to_thread(get)
 
 
+@pytest.mark.heavy
 async def test_the_tutorial_runs_as_written(tmp_path: Path) -> None:
     """Given a fresh directory, when every file of the tutorial is written and every
     command run in order (the server, the worker and the dashboard as processes of their
@@ -254,6 +255,7 @@ def shop(tmp_path: Path, nats_url: str, prefix: str, monkeypatch: pytest.MonkeyP
     sys.modules.pop("shop", None)
 
 
+@pytest.mark.heavy
 async def test_from_celery_runs_as_written(
     shop: ModuleType, tmp_path: Path, nats_url: str, prefix: str, caplog: pytest.LogCaptureFixture
 ) -> None:

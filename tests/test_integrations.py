@@ -119,6 +119,7 @@ def test_fastapi_app(services: Services) -> None:
     assert "Traceback" not in services.output("api")
 
 
+@pytest.mark.heavy
 def test_django_app(services: Services) -> None:
     migrate = subprocess.run(
         [sys.executable, "manage.py", "migrate", "--noinput"],

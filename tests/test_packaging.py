@@ -16,6 +16,8 @@ import sys
 import sysconfig
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
 
 SOURCES = ("pyproject.toml", "README.md", "taskq", "workers", "dlq")
@@ -29,6 +31,7 @@ def run(*cmd: str | Path, cwd: Path, env: dict[str, str] | None = None) -> str:
     return done.stdout
 
 
+@pytest.mark.heavy
 def test_build_check_install_and_run(tmp_path: Path) -> None:
     source = tmp_path / "taskq-src"
     source.mkdir()

@@ -162,6 +162,7 @@ async def test_sigterm_to_the_supervisor_drains_every_process_and_exits_0(
     assert sup.output().count("SIGTERM received: finishing running tasks") == 2
 
 
+@pytest.mark.heavy
 async def test_max_tasks_per_child_recycles_without_losing_or_repeating_a_task(
     supervise: Callable[..., Supervised], producer: App, tmp_path: Path
 ) -> None:
@@ -188,6 +189,7 @@ async def _empty(app: App) -> bool:
     return await queued(app) == 0
 
 
+@pytest.mark.heavy
 async def test_max_memory_per_child_recycles_a_growing_worker_process(
     supervise: Callable[..., Supervised], nats_url: str, prefix: str, tmp_path: Path
 ) -> None:
@@ -227,6 +229,7 @@ async def ping(token: str) -> None:
 """
 
 
+@pytest.mark.heavy
 async def test_reload_restarts_the_worker_when_a_py_file_changes(
     supervise: Callable[..., Supervised], app: App, tmp_path: Path
 ) -> None:

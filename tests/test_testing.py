@@ -88,6 +88,7 @@ def test_apps_get_their_settings_back_after_the_test() -> None:
     assert app.settings.prefix == "mine"
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("processes", ["0", "3"])
 def test_example_suite_runs_as_a_user_would(processes: str) -> None:
     """examples/testing/ has no conftest.py: the fixtures come from the installed plugin.

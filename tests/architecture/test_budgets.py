@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.architecture.modules import PACKAGES, ROOT, modules
 
 BIN = Path(sys.executable).parent
@@ -54,6 +56,7 @@ def test_ruff_format() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.heavy
 def test_mypy_strict(tmp_path: Path) -> None:
     """mypy on the packages under their installed names: a staged copy where workers/ and
     dlq/ sit inside taskq/ (mypy does not follow editable-install import hooks)."""

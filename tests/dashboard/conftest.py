@@ -1,19 +1,27 @@
-"""Dashboard fixtures: `taskq dashboard` as a user runs it (a subprocess on a free port,
-against the test's server and prefix), plain HTTP to it, and a real headless Chromium
-(Debian's, installed by the project when missing) driven by Playwright."""
+"""Dashboard fixtures: `taskq dashboard` as a user runs it (on a free port, against the
+test's server and prefix; in a thread of the test process, or a subprocess), plain HTTP to
+it, and a real headless Chromium (Debian's, installed by the project when missing) driven
+by Playwright."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import io
 import os
 import subprocess
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.async_api import Page, async_playwright
 
+from taskq.cli.main import main
+from taskq.dashboard import serve
 from tests.conftest import ROOT, cli_argv
 from tests.dashboard.browser import FLAGS, ensure_chromium
 from tests.dashboard.http import Http
@@ -54,8 +62,9 @@ async def shoot(tab: Page, name: str) -> Path:
     return path
 
 
-class Dashboard:
-    """`taskq --url URL --prefix P dashboard --port 0 ARGS...` in a subprocess."""
+class DashboardProcess:
+    """`taskq --url URL --prefix P dashboard --port 0 ARGS...` in a subprocess (for a test
+    about the process itself: its memory, its signals)."""
 
     def __init__(self, nats_url: str, prefix: str, *args: str, env: dict[str, str]) -> None:
         self.proc = subprocess.Popen(
@@ -107,13 +116,111 @@ class Dashboard:
         return code
 
 
+class Dashboard:
+    """`taskq --url URL --prefix P dashboard --port 0 ARGS...` run by `taskq.cli.main` in a
+    thread of this process (its own event loop), as the command runs it: its options and
+    `env` parsed by click, its connection and server made by `taskq.dashboard.serve.run`.
+    A new interpreter would cost ~1.5 s of CPU per dashboard for nothing these tests are
+    about; stopping cancels the served coroutine (the command's `finally` closes its
+    connection and socket) instead of sending SIGTERM."""
+
+    def __init__(self, nats_url: str, prefix: str, *args: str, env: dict[str, str]) -> None:
+        self.argv = cli_argv(nats_url, prefix, "dashboard", "--port", "0", *args)[3:]
+        self.serving: Future[tuple[asyncio.AbstractEventLoop, asyncio.Task[None], str]] = Future()
+        self.ended: Future[int] = Future()
+        self.lines: list[str] = []
+        with _environment(env):  # read while the command parses and connects
+            threading.Thread(target=self._run, name="taskq-dashboard", daemon=True).start()
+            try:
+                self.loop, self.task, url = self.serving.result(30)
+            except Exception as exc:
+                raise AssertionError(f"the dashboard did not start: {exc!r}") from None
+        self.url = url.rstrip("/")
+        self.http = Http(self.url)
+
+    def _run(self) -> None:
+        code = 0
+        try:
+            with _SERVING.recording(self):
+                main(self.argv)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        except BaseException as exc:  # cancelled by stop(), or a failure to start
+            code = 0 if self.serving.done() and self.task.cancelled() else 1
+            if not self.serving.done():
+                self.serving.set_exception(exc)
+        if not self.serving.done():
+            self.serving.set_exception(RuntimeError(f"the command exited {code}"))
+        self.ended.set_result(code)
+
+    def stop(self) -> int:
+        if not self.ended.done():
+            self.loop.call_soon_threadsafe(self.task.cancel)
+        return self.ended.result(15)
+
+
+class _Recorder:
+    """What `taskq.dashboard.serve.run` is wrapped with while these tests run: the call in
+    a Dashboard's thread reports its loop, task and announced URL to that Dashboard."""
+
+    def __init__(self) -> None:
+        self.boards: dict[int, Dashboard] = {}
+        self.run = serve.run
+
+    @contextlib.contextmanager
+    def recording(self, board: Dashboard) -> Iterator[None]:
+        self.boards[threading.get_ident()] = board
+        try:
+            yield
+        finally:
+            del self.boards[threading.get_ident()]
+
+    async def wrapped(self, config: Any, announce: Callable[[str], None]) -> None:
+        board = self.boards.get(threading.get_ident())
+        if board is None:  # a command run otherwise (run_cli): as it is
+            return await self.run(config, announce)
+
+        def announced(url: str) -> None:
+            said = io.StringIO()  # the line the command prints, for tests that read it
+            with contextlib.redirect_stdout(said):
+                announce(url)
+            board.lines.append(said.getvalue())
+            task = asyncio.current_task()
+            assert task is not None
+            board.serving.set_result((asyncio.get_running_loop(), task, url))
+
+        return await self.run(config, announced)
+
+
+_SERVING = _Recorder()
+serve.run = _SERVING.wrapped  # type: ignore[assignment]
+
+
+@contextlib.contextmanager
+def _environment(env: dict[str, str]) -> Iterator[None]:
+    """`env` set over this process's environment, restored after."""
+    kept = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for name, value in kept.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 @pytest.fixture
 def start_dashboard(nats_url: str, prefix: str) -> Iterator[Callable[..., Dashboard]]:
     """Start dashboards on the test's server and prefix (stopped after the test)."""
-    started: list[Dashboard] = []
+    started: list[Dashboard | DashboardProcess] = []
 
-    def start(*args: str, env: dict[str, str] | None = None, url: str = "") -> Dashboard:
-        board = Dashboard(url or nats_url, prefix, *args, env=env or {})
+    def start(
+        *args: str, env: dict[str, str] | None = None, url: str = "", process: bool = False
+    ) -> Any:
+        kind = DashboardProcess if process else Dashboard
+        board = kind(url or nats_url, prefix, *args, env=env or {})
         started.append(board)
         return board
 

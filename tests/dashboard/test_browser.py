@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+import pytest
 from playwright.async_api import Locator, Page, expect
 
 import taskq
@@ -23,6 +24,7 @@ def waiting_cell(page: Page, queue: str) -> Locator:
     return page.locator(f'tr[data-queue="{queue}"] [data-field="waiting"]')
 
 
+@pytest.mark.heavy
 async def test_overview_shows_the_waiting_count_change_live(
     app: App, dashboard: Dashboard, page: Page
 ) -> None:

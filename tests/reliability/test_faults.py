@@ -77,6 +77,7 @@ async def run_worker_kills(
     await app.aclose()
 
 
+@pytest.mark.heavy
 async def test_worker_kills_lose_nothing(
     nats_url: str, prefix: str, tmp_path: Path, worker_process: Callable[..., WorkerProcess]
 ) -> None:
@@ -194,6 +195,7 @@ async def run_rolling_deploy(
     await app.aclose()
 
 
+@pytest.mark.heavy
 async def test_rolling_deploy_loses_nothing_runs_nothing_twice(
     nats_url: str, prefix: str, tmp_path: Path, worker_process: Callable[..., WorkerProcess]
 ) -> None:

@@ -146,6 +146,7 @@ async def test_an_account_storage_limit_is_named(
             await app.aclose()
 
 
+@pytest.mark.heavy
 async def test_attempts_a_full_store_spent_are_a_letter_naming_the_store(
     full_server: EmbeddedServer, caplog: pytest.LogCaptureFixture
 ) -> None:

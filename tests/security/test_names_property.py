@@ -261,6 +261,7 @@ def test_fired_copies_ids_are_safe_and_distinct(data: st.DataObject, a: tuple[st
     assert fired_id(*a) != fired_id(*b)
 
 
+@pytest.mark.heavy
 @settings(max_examples=300, deadline=None)
 @given(st.data(), st.tuples(queue_names, task_names, dues))
 def test_periodic_run_ids_are_safe_and_distinct(

@@ -115,6 +115,7 @@ def check(
     return counted
 
 
+@pytest.mark.heavy
 @pytest.mark.timeout(300)  # ~20 s; a loaded machine's cold Spark SQL takes longer
 async def test_the_pipeline_resumes_on_another_worker_without_regenerating(
     nats_url: str,

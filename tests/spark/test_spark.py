@@ -156,6 +156,7 @@ async def test_timeout_cancels_the_spark_job_within_seconds(
     assert type(outcomes[0][1].error).__name__ == "TaskTimeout"  # type: ignore[union-attr]
 
 
+@pytest.mark.heavy
 async def test_shutdown_mid_batch_loses_nothing(
     app: App, spark: SparkRuntime, spark_session: Any, tmp_path: Path
 ) -> None:

@@ -66,6 +66,7 @@ def _check_ledger(ledger: Path, run_id: str, steps: int) -> None:
     print(f"{steps} steps; steps run again after a kill: {len(again)} {again[:5]}")
 
 
+@pytest.mark.heavy
 async def test_a_workflow_survives_worker_kills_and_runs_each_completed_step_once(
     nats_url: str, prefix: str, tmp_path: Path, worker_process: Callable[..., WorkerProcess]
 ) -> None:
@@ -96,6 +97,7 @@ async def test_fifty_steps_with_a_worker_killed_every_second(
     assert result == sum(range(50)) and kills >= 5
 
 
+@pytest.mark.heavy
 async def test_runs_sleeping_through_a_server_kill_all_wake_and_finish(tmp_path: Path) -> None:
     from taskq.ports import lease_port
     from taskq.server import EmbeddedServer
