@@ -45,10 +45,10 @@ async def run_sweeper(client: Client, stopping: asyncio.Event) -> None:
                     await _sweep_guarded(client, advisory)
             except TaskqError as exc:
                 log.warning("sweeper: %s", exc)
-                await asyncio.sleep(1.0)
+                await asyncio.sleep(client.settings.timings.loop_retry)
             except Exception:  # every worker's sweeper shares the consumer: never end one
                 log.exception("sweeper: unexpected error; going on")
-                await asyncio.sleep(1.0)
+                await asyncio.sleep(client.settings.timings.loop_retry)
     finally:
         await puller.close()
 

@@ -19,6 +19,9 @@ class Timings(BaseModel):
     # a task no worker of its queue knows comes back after this (up to twice it, jittered),
     # until `unknown_task_grace` has passed: a rolling deploy's new worker takes it
     unknown_again: float = Field(default=5.0, gt=0)
+    # a message whose handling failed on taskq's side (a transient NATS error, a verdict
+    # half written, a dead letter not written) is handed back to come again after this
+    failed_again: float = Field(default=5.0, gt=0)
     # a task (or a rate-limited start, a debounced burst, a run's next decision) due within
     # this waits in the worker; one due later is held as a server-side schedule
     in_worker_wait: float = Field(default=2.0, gt=0)
@@ -39,6 +42,7 @@ class Timings(BaseModel):
         schedule fires to the second, so `in_worker_wait` stays above one second)."""
         return cls(
             unknown_again=0.2,
+            failed_again=0.2,
             in_worker_wait=1.2,
             decision_ack_wait=1.0,
             level_linger=0.05,

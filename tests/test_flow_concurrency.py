@@ -156,14 +156,22 @@ async def test_a_held_task_whose_worker_died_before_the_ack_runs_once(
         await holder.result(timeout=20)
         await waiter.result(timeout=20)  # run from its held copy
         # the unacknowledged delivery comes back (the worker NAKs what failed to settle,
-        # 5 s) and is recognised as held already: acknowledged, not run
-        await wait_until(lambda: worker.stats["held"] == 1, timeout=20)
+        # `failed_again` later)
+        # and is recognised as held already: acknowledged, not run. (`stats["held"]` is no
+        # sign of it: the waiter's released copy may itself be held again while the holder
+        # still runs, on a loaded machine.)
+        client = await app.client()
+        stream = app.names.queue_stream("default")
+
+        async def emptied() -> bool:
+            return (await client.connection.streams.state(stream)).messages == 0
+
+        await wait_until(emptied, timeout=30)
         await asyncio.sleep(0.5)  # a negative: room for the held copy to (wrongly) run again
-    # Then the waiter ran exactly once, and nothing is left in the queue
+    # Then the waiter ran exactly once
     assert crashes == ["crashed"]
     assert sorted(ran) == ["holder", "waiter"]
-    client = await app.client()
-    assert (await client.connection.streams.state(app.names.queue_stream("default"))).messages == 0
+    assert worker.stats["held"] >= 1
 
 
 async def test_concurrency_options_are_checked(app: App) -> None:

@@ -220,7 +220,7 @@ class Settler:
                     "unexpected error settling %s; will be redelivered", _tid(verdict.job)
                 )
             with contextlib.suppress(Exception):
-                await d.nak(delay=5.0)
+                await d.nak(delay=self.client.settings.timings.failed_again)
         finally:
             self.unsettled -= 1
             self._room.set()

@@ -377,7 +377,7 @@ class Worker:
             except Exception:  # the dead letter could not be written
                 log.exception("dead-lettering seq %s failed; handed back", job.delivery.seq)
         with contextlib.suppress(Exception):
-            await job.delivery.nak(delay=5.0)
+            await job.delivery.nak(delay=self._timings.failed_again)
 
 
 @dataclass(frozen=True)

@@ -42,16 +42,73 @@ def chromium() -> str:
     return str(ensure_chromium())
 
 
+@pytest.fixture(scope="session")
+def browser(chromium: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
+    """One Chromium per test process, which each test's `page` reaches over CDP."""
+    running = Browser(chromium, tmp_path_factory.mktemp("chromium-profile"))
+    yield running
+    running.stop()
+
+
 @pytest.fixture
-async def page(chromium: str) -> AsyncIterator[Page]:
-    """A fresh browser (its own empty profile) and one page, laptop-sized."""
+async def page(browser: Browser) -> AsyncIterator[Page]:
+    """A fresh browser context (its own cookies, storage and cache, as a new profile) and
+    one page, laptop-sized, in this test process's Chromium."""
     async with async_playwright() as playwright:
-        browser = await playwright.chromium.launch(executable_path=chromium, args=list(FLAGS))
-        context = await browser.new_context(viewport={"width": 1280, "height": 800})
+        connected = await playwright.chromium.connect_over_cdp(browser.endpoint())
+        context = await connected.new_context(viewport={"width": 1280, "height": 800})
         tab = await context.new_page()
         tab.set_default_timeout(15_000)
         yield tab
-        await browser.close()
+        await context.close()
+        await connected.close()
+
+
+class Browser:
+    """Chromium with its DevTools endpoint open on a free loopback port, started again if
+    it died. A launch per test cost ~2 s of CPU (the browser, its GPU, utility and zygote
+    processes); a context per test isolates as well."""
+
+    def __init__(self, binary: str, profile: Path) -> None:
+        self.binary = binary
+        self.profile = profile
+        self.proc: subprocess.Popen[str] | None = None
+        self.url = ""
+
+    def endpoint(self) -> str:
+        if self.proc is None or self.proc.poll() is not None:
+            self._start()
+        return self.url
+
+    def _start(self) -> None:
+        argv = [self.binary, *FLAGS, "--hide-scrollbars", "--remote-debugging-port=0"]
+        self.proc = subprocess.Popen(
+            [*argv, f"--user-data-dir={self.profile}", "about:blank"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        said: list[str] = []
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:  # ends when Chromium exits
+            said.append(line)
+            if line.startswith("DevTools listening on "):
+                self.url = line.split(" on ", 1)[1].strip()
+                break
+        else:
+            raise AssertionError("Chromium did not start:\n" + "".join(said))
+        # its later output is read (and dropped) so that a full pipe never blocks it
+        threading.Thread(target=self.proc.stderr.read, daemon=True).start()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
 
 
 async def shoot(tab: Page, name: str) -> Path:
