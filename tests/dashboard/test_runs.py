@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any
 from urllib.parse import quote
 
@@ -262,7 +263,9 @@ async def test_a_waiting_run_signalled_from_its_page_finishes_live(
         await page.evaluate("window.__same_page = true")  # gone if the page were reloaded
         # the page follows the run: the signal received, the next step running, then done
         await expect(page.locator("table.signals tbody tr")).to_contain_text("approved")
-        await expect(steps).to_have_text(["received", "pending"])
+        # its step is pending until the worker's start mark for it is stored, then running
+        # (on a loaded machine the page may first see it running)
+        await expect(steps).to_have_text(["received", re.compile("pending|running")])
         await expect(state).to_have_text("running")
         await shoot(page, "run")
         release.set()
