@@ -6,25 +6,37 @@ test marked `heavy` (one that runs for ten seconds or more under the suite's loa
 job, a cluster, a guide run as written) left where it was collected may start last and end
 the run alone while the other processes sit idle; put at the head of a share, it runs
 first, beside the other shares' heavy ones, and the short tests fill in around it.
+
+The tests on the shared local SparkSession (the `spark_session` fixture) all head the first
+share: a session is a JVM of ~15 s of CPU per test process that starts one, so they share
+one instead of starting one in each process the heavy ones were spread to.
 """
 
 from __future__ import annotations
 
 import pytest
 
+SHARED = "spark_session"  # the session-scoped fixture whose tests stay together
+
 
 def heavy_first(items: list[pytest.Item], processes: int) -> list[pytest.Item]:
-    """`items` reordered so that each of `processes` shares (as worksteal cuts them) begins
-    with its round-robin part of the heavy tests; the rest keep their collected order."""
-    heavy = [item for item in items if item.get_closest_marker("heavy")]
-    if not heavy or processes < 1:
+    """`items` reordered so that the first of `processes` shares (as worksteal cuts them)
+    begins with the Spark session's tests and every other with its round-robin part of the
+    heavy tests; the rest keep their collected order."""
+    if processes < 1:
         return items
-    light = iter([item for item in items if not item.get_closest_marker("heavy")])
+    together = [item for item in items if SHARED in getattr(item, "fixturenames", ())]
+    heavy = [i for i in items if i.get_closest_marker("heavy") and i not in together]
+    light = iter([i for i in items if i not in together and i not in heavy])
+    heads: list[list[pytest.Item]] = [[] for _ in range(processes)]
+    heads[0] = sorted(together, key=lambda item: item.get_closest_marker("heavy") is None)
+    spread = list(range(1, processes)) or [0]
+    for n, item in enumerate(heavy):
+        heads[spread[n % len(spread)]].append(item)
     ordered: list[pytest.Item] = []
     remaining = len(items)
-    for share in range(processes):
+    for share, head in enumerate(heads):
         size = remaining // (processes - share)  # how worksteal sizes each share
         remaining -= size
-        first = heavy[share::processes]
-        ordered += first + [next(light) for _ in range(max(0, size - len(first)))]
+        ordered += head + [next(light) for _ in range(max(0, size - len(head)))]
     return ordered + list(light)
