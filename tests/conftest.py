@@ -234,7 +234,8 @@ class WorkerProcess:
         self.proc = subprocess.Popen(
             cmd,
             cwd=ROOT,
-            env={**os.environ, "TASKQ_TIMINGS": "short", **(env or {})},
+            # PYTHONFAULTHANDLER: a worker that hangs is made to print its stacks (wait_ready)
+            env={**os.environ, "TASKQ_TIMINGS": "short", "PYTHONFAULTHANDLER": "1", **(env or {})},
             stdout=self._out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -248,7 +249,11 @@ class WorkerProcess:
             await wait_until(
                 lambda: "worker ready" in self.output() or self.proc.poll() is not None, timeout
             )
-        except AssertionError:  # what the worker said, for a failing run's log
+        except AssertionError:  # what the worker said, and where it is stuck (SIGABRT
+            # makes faulthandler print every thread's stack), for a failing run's log
+            self.signal(signal.SIGABRT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(5)
             raise AssertionError(f"worker not ready in {timeout}s:\n{self.output()}") from None
         assert self.proc.poll() is None, self.output()
 

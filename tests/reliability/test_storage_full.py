@@ -7,6 +7,7 @@ worker retried its result writes forever, so it never acked and never freed spac
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -141,7 +142,9 @@ async def test_an_account_storage_limit_is_named(
             assert "account" in error.limit and "max_file" in str(error)
             stats = await snapshot(app, ["default"], 0)
             assert stats[0].storage_limit == 1024 * 1024
-            assert "KiB used of 1.0 MiB (99%)" in table(stats)
+            # full to within the last message or two: 99% or 100% as the last one's size falls
+            used = re.search(r"KiB used of 1\.0 MiB \((\d+)%\)", table(stats))
+            assert used is not None and int(used.group(1)) >= 99, table(stats)
         finally:
             await app.aclose()
 
