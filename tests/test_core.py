@@ -6,12 +6,15 @@ import asyncio
 import itertools
 import json
 import time
+from typing import Any
 
 import nats
 import pytest
 
 import taskq
 from taskq import App, ArgumentsError, ConfigError, Reject, Retry, ValidationError
+from taskq.workers import Worker
+from taskq.workers.lease import Leases
 from tests.conftest import run_cli, running_worker, wait_until
 
 
@@ -169,6 +172,52 @@ async def test_task_running_three_times_its_ack_wait_runs_once(app: App) -> None
         await wait_until(lambda: worker.stats["succeeded"] == 1, timeout=20)
         await asyncio.sleep(1.5)  # longer than ack_wait: a lost lease would redeliver now
     assert len(runs) == 1
+
+
+async def test_a_redelivery_of_a_message_still_running_here_is_not_run_again(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lease beats that come late (an event loop starved on a loaded machine) let the server
+    redeliver a message to the worker still running it: it runs once, and is settled."""
+    ran: list[int] = []
+    release = asyncio.Event()
+
+    @app.task(ack_wait=0.5)
+    async def slow() -> str:
+        ran.append(1)
+        await release.wait()
+        return "done"
+
+    late = asyncio.Event()  # until set, no lease beat reaches the server
+    beat = Leases._beat
+
+    async def starved(delivery: Any, queue: str) -> None:
+        if late.is_set():
+            await beat(delivery, queue)
+
+    starts: list[int] = []  # each delivery the worker was handed: its delivery count
+    start = Worker._start
+
+    def counted(self: Worker, setup: Any, delivery: Any) -> None:
+        starts.append(delivery.num_delivered)
+        start(self, setup, delivery)
+
+    monkeypatch.setattr(Leases, "_beat", staticmethod(starved))
+    monkeypatch.setattr(Worker, "_start", counted)
+    async with running_worker(app, concurrency=2):
+        handle = await slow.enqueue()
+        await wait_until(lambda: 2 in starts, timeout=20)  # redelivered past ack_wait
+        late.set()
+        release.set()
+        assert await handle.result(timeout=20) == "done"
+        client = await app.client()
+        stream = app.names.queue_stream("default")
+
+        async def emptied() -> bool:
+            return (await client.connection.streams.state(stream)).messages == 0
+
+        await wait_until(emptied, timeout=20)
+    assert ran == [1]
 
 
 async def test_sync_task_lease_is_kept_too(app: App) -> None:

@@ -78,7 +78,7 @@ class Worker:
         self._slots = Slots(concurrency)
         self._stopping = asyncio.Event()
         self._ready = asyncio.Event()
-        self._running: set[asyncio.Task[None]] = set()
+        self._running: dict[tuple[str, int], asyncio.Task[None]] = {}  # by stream and seq
         self._threads = TaskThreads(concurrency)  # renewed past hung `def` tasks
         self._setups: dict[str, QueueSetup] = {}
         self._leases = Leases()
@@ -109,8 +109,8 @@ class Worker:
         await asyncio.wait_for(self._ready.wait(), timeout)
 
     async def run(self) -> None:
-        """Run until `stop()`; returns after running tasks are settled (or NAKed at grace).
-        A failing start hook raises HookError before anything is fetched."""
+        """Run until `stop()`, then settle running tasks (NAKed past grace). HookError: a
+        start hook failed (nothing was fetched)."""
         client = self._client = await self.app.client()
         self._setups = await retry_transient(
             lambda: prepare(self.app, client, self.queues), what="worker set-up"
@@ -250,7 +250,7 @@ class Worker:
     async def _finish_running(self) -> None:
         if not self._running:
             return
-        _, pending = await asyncio.wait(set(self._running), timeout=self.grace)
+        _, pending = await asyncio.wait(set(self._running.values()), timeout=self.grace)
         for job in pending:  # past grace: cancelled jobs NAK themselves for redelivery
             job.cancel()
         if pending:
@@ -320,15 +320,17 @@ class Worker:
         return puller
 
     def _start(self, setup: QueueSetup, delivery: Delivery) -> None:
-        # Fetched while stopping too: it runs (its slot is reserved, grace applies), since
-        # handing it back would cost it an attempt (the server counts every delivery).
+        # Fetched while stopping too, it runs (handing it back costs an attempt). A redelivery
+        # of one still handled here (a late lease beat) is not run twice: that one settles.
+        key = (delivery.stream, delivery.seq)
+        if key in self._running:
+            return self._slots.release(1)
         state = Job(setup, delivery, setup.queue, delivery.num_delivered)
-        job = state.handler = asyncio.create_task(self._handle(state))
-        self._running.add(job)
-        job.add_done_callback(self._done)
+        job = self._running[key] = state.handler = asyncio.create_task(self._handle(state))
+        job.add_done_callback(lambda _: self._done(key))
 
-    def _done(self, job: asyncio.Task[None]) -> None:
-        self._running.discard(job)
+    def _done(self, key: tuple[str, int]) -> None:
+        del self._running[key]
         self._slots.release(1)
 
     def _connected(self) -> Client:
@@ -338,8 +340,7 @@ class Worker:
 
     # -- handling one delivery --------------------------------------------------------------
     async def _handle(self, job: Job) -> None:
-        """One delivery from judgement to settle: the judge decides (running the task when
-        it may run), the settler writes and settles exactly one way."""
+        """One delivery from judgement to settle (the judge runs the task if it may run)."""
         parts = self._parts
         assert parts is not None
         settling = False
