@@ -249,8 +249,11 @@ class WorkerProcess:
             await wait_until(
                 lambda: "worker ready" in self.output() or self.proc.poll() is not None, timeout
             )
-        except AssertionError:  # what the worker said, and where it is stuck (SIGABRT
-            # makes faulthandler print every thread's stack), for a failing run's log
+        except AssertionError:  # what the worker said, and where it is stuck (SIGUSR1:
+            # its asyncio tasks' stacks; SIGABRT: faulthandler's), for a failing run's log
+            if _catches(self.proc.pid, signal.SIGUSR1):  # not before `taskq worker` set it
+                self.signal(signal.SIGUSR1)
+                await asyncio.sleep(1.0)
             self.signal(signal.SIGABRT)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(5)
@@ -272,6 +275,15 @@ class WorkerProcess:
     def close(self) -> None:
         self.kill()
         self._out.close()
+
+
+def _catches(pid: int, signum: int) -> bool:
+    """Whether process `pid` has a handler for `signum` (Linux's /proc status SigCgt)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("SigCgt:"):
+                return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return False
 
 
 @pytest.fixture

@@ -62,3 +62,15 @@ async def test_sigterm_lets_running_task_finish_and_exits_0(
     state = await broker.streams.state(app.names.queue_stream("default"))
     assert state.messages == 0  # acked before exit, nothing left to redeliver
     await app.aclose()
+
+
+async def test_sigusr1_prints_where_the_worker_waits_and_it_goes_on(
+    worker_process: Callable[..., WorkerProcess],
+) -> None:
+    proc = worker_process("tests.apps.ledger:app")
+    await proc.wait_ready()
+    proc.signal(signal.SIGUSR1)
+    await wait_until(lambda: "Stack for <Task" in proc.output(), timeout=20)
+    out = proc.output()
+    assert "Current thread" in out or "Thread 0x" in out  # every thread's, first
+    assert proc.proc.poll() is None  # still running: a dump, not a stop

@@ -9,12 +9,15 @@ so lines are never more than a fraction of a second late.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import contextlib
+import faulthandler
 import io
 import json
 import logging
 import os
+import signal
 import socket
 import sys
 import time
@@ -234,3 +237,23 @@ def install(
     logger.setLevel(level)
     logger.propagate = False
     return handler
+
+
+def dump_stacks_on(signum: int | None = getattr(signal, "SIGUSR1", None)) -> None:
+    """On `signum` (`kill -USR1 PID`), write where this process waits to stderr: every
+    thread's stack, then every asyncio task's (what a worker that seems stuck awaits). It
+    goes on running. (No SIGUSR1, as on Windows: nothing.)"""
+    if signum is None:
+        return
+
+    def dump(_signum: int, _frame: object) -> None:
+        faulthandler.dump_traceback(all_threads=True)
+        try:
+            tasks = asyncio.all_tasks(asyncio.get_running_loop())
+        except RuntimeError:  # no loop running in this thread
+            tasks = set()
+        for task in tasks:
+            task.print_stack(limit=30, file=sys.stderr)
+        sys.stderr.flush()
+
+    signal.signal(signum, dump)

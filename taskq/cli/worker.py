@@ -137,10 +137,11 @@ def worker(
 
 
 def _install_logs(log_level: str, log_format: str, in_process: bool) -> None:
-    from taskq.workers.logs import FORMAT, FORMAT_IN_PROCESS, install
+    from taskq.workers.logs import FORMAT, FORMAT_IN_PROCESS, dump_stacks_on, install
 
     level = min(getattr(logging, log_level.upper()), logging.getLogger().level)  # -vv: debug
     install(level, FORMAT_IN_PROCESS if in_process else FORMAT, json_lines=log_format == "json")
+    dump_stacks_on()  # `kill -USR1 PID`: where a worker that seems stuck waits
 
 
 def _waited(app: App, seconds: float) -> App:
