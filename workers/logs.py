@@ -20,6 +20,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import TextIO
@@ -242,8 +243,9 @@ def install(
 def dump_stacks_on(signum: int | None = getattr(signal, "SIGUSR1", None)) -> None:
     """On `signum` (`kill -USR1 PID`), write where this process waits to stderr: every
     thread's stack, then every asyncio task's (what a worker that seems stuck awaits). It
-    goes on running. (No SIGUSR1, as on Windows: nothing.)"""
-    if signum is None:
+    goes on running. Nothing without SIGUSR1 (Windows), nor off the main thread (`main()`
+    called from a thread: only the main thread may set a handler)."""
+    if signum is None or threading.current_thread() is not threading.main_thread():
         return
 
     def dump(_signum: int, _frame: object) -> None:

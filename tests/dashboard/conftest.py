@@ -203,7 +203,9 @@ class Dashboard:
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 1
         except BaseException as exc:  # cancelled by stop(), or a failure to start
-            code = 0 if self.serving.done() and self.task.cancelled() else 1
+            # (the served task is read from `serving`: __init__ may not have unpacked it yet)
+            served = self.serving.done() and self.serving.result()[1].cancelled()
+            code = 0 if served else 1
             if not self.serving.done():
                 self.serving.set_exception(exc)
         if not self.serving.done():
@@ -211,7 +213,7 @@ class Dashboard:
         self.ended.set_result(code)
 
     def stop(self) -> int:
-        if not self.ended.done():
+        with contextlib.suppress(RuntimeError):  # its loop closed: the command ended
             self.loop.call_soon_threadsafe(self.task.cancel)
         return self.ended.result(15)
 
