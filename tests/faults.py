@@ -18,6 +18,8 @@ for `times` calls), which meet one of:
   back: the pipeline's future fails, once the real ack has arrived (so the write is known
   stored), with the TransientError the pipeline's sweep gives a publish past its ack
   deadline; records raise the TransientError the Guard makes of a request's timeout.
+- `delay`: the write reaches the server `seconds` late (a slow store: a loaded or fsyncing
+  server), then goes on untouched.
 - `close`: the underlying nats-py client is really closed for good (`close()` while the
   connection is live, as nats-py does on a protocol error: the Connection's `wait_lost`
   fires), then the call goes on to the real object and meets the closed connection.
@@ -39,7 +41,7 @@ from taskq.errors import BrokerError, TaskqError, TransientError
 from taskq.nats.connection import Connection
 from taskq.nats.types import PubAck
 
-REFUSE, LOSE_ACK, CLOSE = "refuse", "lose_ack", "close"
+REFUSE, LOSE_ACK, CLOSE, DELAY = "refuse", "lose_ack", "close", "delay"
 PUBLISH, RECORD = "publish", "record"  # a call's kind: the pipeline's send, a records write
 
 
@@ -63,6 +65,7 @@ class Rule:
     nth: int = 1
     times: int = 1
     error: TaskqError | None = None
+    seconds: float = 0.0  # DELAY: how late the write is sent
     seen: int = 0  # matching calls so far
     hits: int = 0  # calls that met the fault
     active: bool = True
@@ -108,6 +111,11 @@ class Faults:
         times: int = 1,
     ) -> Rule:
         return self._add(Rule(LOSE_ACK, pattern, kind, nth, times))
+
+    def delay(
+        self, pattern: str | re.Pattern[str], seconds: float, *, kind: str | None = None
+    ) -> Rule:
+        return self._add(Rule(DELAY, pattern, kind, seconds=seconds))
 
     def close(
         self, pattern: str | re.Pattern[str], *, kind: str | None = None, nth: int = 1
@@ -172,7 +180,9 @@ class FaultyPipeline:
     ) -> asyncio.Future[PubAck]:
         rule = self._faults._pick(PUBLISH, subject)
         loop = asyncio.get_running_loop()
-        if rule is None:
+        if rule is not None and rule.action == DELAY:
+            await asyncio.sleep(rule.seconds)
+        if rule is None or rule.action == DELAY:
             return await self._real.send(subject, body, headers, ack_timeout)
         if rule.action == REFUSE:
             answer: asyncio.Future[PubAck] = loop.create_future()
@@ -210,7 +220,9 @@ class FaultyRecords:
     async def _call(self, name: str, subject: str, *args: Any, **kwargs: Any) -> Any:
         rule = self._faults._pick(RECORD, subject, name)
         call = getattr(self._real, name)
-        if rule is None:
+        if rule is not None and rule.action == DELAY:
+            await asyncio.sleep(rule.seconds)
+        if rule is None or rule.action == DELAY:
             return await call(subject, *args, **kwargs)
         if rule.action == REFUSE:
             raise refused(subject, rule.error)

@@ -27,7 +27,7 @@ from taskq.records.results import fetch
 from taskq.task import Task
 from taskq.workers import Worker
 from tests.conftest import running_worker, wait_until
-from tests.faults import CLOSE, LOSE_ACK, PUBLISH, RECORD, REFUSE, inject
+from tests.faults import CLOSE, DELAY, LOSE_ACK, PUBLISH, RECORD, REFUSE, inject
 
 
 def record_subject(app: App, task_id: str) -> str:
@@ -186,6 +186,31 @@ async def test_a_record_whose_ack_is_lost_is_written_again_and_the_task_runs_onc
         4,
         1,
     )
+    assert await queued(client, app) == 0
+
+
+async def test_a_settle_slower_than_the_lease_keeps_it_and_runs_the_task_once(app: App) -> None:
+    ran: Counter[int] = Counter()
+
+    @app.task(ack_wait=0.3)
+    async def square(n: int) -> int:
+        ran[n] += 1
+        return n * n
+
+    handle = await square.enqueue(3)
+    client = await app.client()
+    async with running_worker(app, concurrency=2) as worker:
+        with inject(client.connection) as faults:
+            # Given a store slow enough that the task's record takes four leases to write
+            subject = record_subject(app, handle.id)
+            faults.delay(subject, seconds=1.2)
+            await wait_until(lambda: worker.stats["succeeded"] == 1)
+    # Then the worker kept its lease while the settle group waited: the server never
+    # redelivered the message (not even to this worker), and the task ran once
+    assert [c.fault for c in faults.seen(subject)] == [DELAY]
+    assert worker.stats["redelivered_here"] == 0 and ran == Counter({3: 1})
+    record = await fetch(app, handle.id)
+    assert record is not None and (record.state, record.attempts) == ("succeeded", 1)
     assert await queued(client, app) == 0
 
 

@@ -85,13 +85,11 @@ class Judge:
 
     async def judge(self, job: Job) -> tuple[Decision, Outcome | None]:
         """Decode, look up, check, run: the verdict for this delivery. Its lease is held
-        throughout: a wait in the worker (an eta due soon, a rate limit's reserved start, a
-        debounced burst) restarts the server's ack timer as running does."""
+        from here until it is settled (the caller releases it): a wait in the worker (an eta
+        due soon, a rate limit's reserved start, a debounced burst) or a slow store restarts
+        the server's ack timer as running does."""
         self._leases.hold(job.delivery, job.setup.ack_wait, job.queue)
-        try:
-            return await self._judged(job)
-        finally:
-            self._leases.release(job.delivery)
+        return await self._judged(job)
 
     async def _judged(self, job: Job) -> tuple[Decision, Outcome | None]:
         early = await self._before_running(job)

@@ -47,7 +47,6 @@ from taskq.workers.progress import ProgressWriter
 from taskq.workers.record_batches import RecordBatches
 from taskq.workers.running import RunningJobs
 from taskq.workers.writes import Writes, send, send_group, store, writes_for
-from taskq.workflows.steps import Lease
 
 log = logging.getLogger("taskq.worker")
 Sent = tuple[Awaitable[PubAck] | None, Awaitable[PubAck] | None]  # a record's, a letter's ack
@@ -80,7 +79,8 @@ class Settler:
     ) -> None:
         self.client = client
         self._running = running or RunningJobs()  # notes outcomes the server would not store
-        self._leases = leases or Leases()  # a settle waiting for the store keeps its lease
+        self._leases = leases or Leases()  # held by the judge, released once settled here
+        self.settling: set[tuple[str, int]] = set()  # grouped messages (stream, seq) unsettled
         self.stats = stats
         self._admission = admission  # stores held copies (tasks with limits)
         self._middleware = middleware  # told of each final verdict (`after_settle`)
@@ -123,22 +123,16 @@ class Settler:
         too large to store, even by claim check, fails the task once and for all (another
         attempt would return as much): a `permanent` dead letter naming size and limit."""
         job = verdict.job
-        lease = self._lease_of(job)
         try:
-            await store(self.client, job, verdict.decision, verdict.outcome, verdict.writes, lease)
+            await store(self.client, job, verdict.decision, verdict.outcome, verdict.writes)
         except PayloadTooLarge as exc:
             if not isinstance(verdict.outcome, Success):
                 raise
             dead, failure = _unstorable(job, exc)
             writes = await writes_for(self.client, job, dead, failure)
             verdict = Verdict(job, dead, failure, writes)
-            await store(self.client, job, dead, failure, writes, lease)
+            await store(self.client, job, dead, failure, writes)
         await self._finish(verdict)
-
-    def _lease_of(self, job: Job) -> Lease:
-        """The job's lease, held while its settle waits for the store (a workflow step's
-        outcome refused by a full one): no other worker takes its message meanwhile."""
-        return lambda: self._leases.held(job.delivery, job.setup.ack_wait, job.queue)
 
     async def drain(self) -> None:
         """Settle every grouped verdict so far (the worker's shutdown waits for this)."""
@@ -154,6 +148,7 @@ class Settler:
             self._room.clear()
             await self._room.wait()
         self.unsettled += 1
+        self.settling.add((verdict.job.delivery.stream, verdict.job.delivery.seq))
         self.peak = max(self.peak, self.unsettled)
         self._turn.append(verdict)
         if len(self._turn) == 1:
@@ -206,10 +201,10 @@ class Settler:
     ) -> None:
         """Never let one message's settle failure touch the others: it is redelivered.
         Either way its place in the window is free afterwards."""
+        d = verdict.job.delivery
         try:
             await settle(verdict)
         except Exception as exc:
-            d = verdict.job.delivery
             if isinstance(exc, StorageFull | TransientError):  # the server would not store it
                 log.warning(
                     "%s: its outcome not stored (%s); will be redelivered", _tid(verdict.job), exc
@@ -223,6 +218,8 @@ class Settler:
                 await d.nak(delay=self.client.settings.timings.failed_again)
         finally:
             self.unsettled -= 1
+            self.settling.discard((d.stream, d.seq))
+            self._leases.release(d)
             self._room.set()
 
     def _spawn(self, work: Awaitable[None]) -> None:

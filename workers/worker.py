@@ -14,7 +14,6 @@ import traceback
 from collections import Counter
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 from taskq.app import App
 from taskq.client import Client
@@ -24,7 +23,6 @@ from taskq.errors import BrokerError, ConnectionLost, NotFound, TaskqError, Tran
 from taskq.nats import Delivery, Puller
 from taskq.policy import Dead, Failure
 from taskq.retrying import retry_transient
-from taskq.task import Task
 from taskq.workers.admission import Admission
 from taskq.workers.control import ControlPlane, notice_task_sets, worker_record
 from taskq.workers.handback import hand_back
@@ -33,7 +31,7 @@ from taskq.workers.judge import Judge, Runners
 from taskq.workers.lease import Leases
 from taskq.workers.levels import Levels
 from taskq.workers.limits import Limits
-from taskq.workers.pool.processes import ProcessPool
+from taskq.workers.pool.processes import pool_for
 from taskq.workers.running import RunningJobs
 from taskq.workers.settle import Settler
 from taskq.workers.setup import QueueSetup, described, prepare
@@ -88,7 +86,7 @@ class Worker:
         mine = [t for t in app.tasks.values() if t.queue in self.queues]
         # Spark tasks (if any) run here; `spark` shares a session across workers (tests)
         self._spark = SparkExecutor(app.settings, mine, spark)
-        self._pool = _pool_for(mine, pool_size, limits)
+        self._pool = pool_for(mine, pool_size, limits)
         self._runners = Runners(self._threads, self._spark, self._slots.lent, self._pool)
         self._failing: dict[str, str] = {}  # fetch loop -> why its last fetch failed
 
@@ -323,7 +321,9 @@ class Worker:
         # Fetched while stopping too, it runs (handing it back costs an attempt). A redelivery
         # of one still handled here (a late lease beat) is not run twice: that one settles.
         key = (delivery.stream, delivery.seq)
-        if key in self._running:
+        assert self._parts is not None
+        if key in self._running or key in self._parts.settler.settling:
+            self.stats["redelivered_here"] += 1
             return self._slots.release(1)
         state = Job(setup, delivery, setup.queue, delivery.num_delivered)
         job = self._running[key] = state.handler = asyncio.create_task(self._handle(state))
@@ -358,6 +358,9 @@ class Worker:
         finally:
             if job.task is not None and job.task.limits is not None:  # its per-key slot, if any
                 await asyncio.shield(parts.admission.release(job))
+            d = job.delivery  # its lease, unless a settle group settles it (and releases it)
+            if (d.stream, d.seq) not in parts.settler.settling:
+                self._leases.release(d)
 
     async def _failed(self, job: Job, exc: Exception, settling: bool) -> None:
         """An error taskq did not expect while handling one message. Judging it failed on
@@ -389,12 +392,3 @@ class _Parts:
     control: ControlPlane
     judge: Judge
     settler: Settler
-
-
-def _pool_for(
-    tasks: list[Task[Any, Any]], size: int | None, limits: Limits | None
-) -> ProcessPool | None:
-    """The process pool for the `executor="process"` tasks among `tasks` (None: none);
-    `size` processes (None: the CPU count), recycled by `limits` each on its own."""
-    in_processes = [t for t in tasks if t.executor == "process"]
-    return ProcessPool(in_processes, size, limits) if in_processes else None

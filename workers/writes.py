@@ -29,7 +29,7 @@ from taskq.workers.outcomes import final_record, record_fields, result_record
 from taskq.workflows.canvas import advance
 from taskq.workflows.canvas_runs import note_settled
 from taskq.workflows.state import RunStepState, final_id
-from taskq.workflows.steps import Lease, step_ended
+from taskq.workflows.steps import step_ended
 
 
 @dataclass(slots=True)
@@ -115,7 +115,6 @@ async def store(
     decision: Decision,
     outcome: Outcome | None,
     writes: Writes,
-    lease: Lease | None = None,
 ) -> None:
     """Write the verdict's record, its workflow's next step or end, and its dead letter, each
     acknowledged (a record refused by a full store is skipped with a warning)."""
@@ -132,8 +131,8 @@ async def store(
             if record is not None:
                 await store_result(client, final, final_record(envelope, record))
     if envelope is not None and isinstance(envelope.workflow, RunStepState):
-        # into its run's journal, the step's lease kept (`lease`) while a full store refuses it
-        await step_ended(client, envelope, decision, outcome, lease)
+        # into its run's journal (the step's lease kept while a full store refuses it)
+        await step_ended(client, envelope, decision, outcome)
     elif envelope is not None and envelope.workflow is not None:
         await note_settled(client, envelope, decision)  # a chain's, group's or chord's summary
     if writes.letter is not None:

@@ -11,13 +11,10 @@ different message: it cannot shadow the real step by JetStream's deduplication.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import re
 from collections import OrderedDict
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 from typing import Any
 
 from pydantic_core import to_json
@@ -38,8 +35,6 @@ KEPT_ROUNDS = 64  # journal messages kept decoded per client (a gather's steps s
 # seconds a step's outcome waits for a store that refuses it (full, or not answering)
 # before the step is handed back (run again): a full store is an operator's to free
 STORAGE_PATIENCE = 600.0
-# a step's lease held for a block (the worker's in-progress acks, workers/lease.py)
-Lease = Callable[[], AbstractContextManager[None]]
 
 
 def digest(task: str, args: list[Any], kwargs: dict[str, Any]) -> str:
@@ -124,13 +119,13 @@ async def step_ended(
     envelope: Envelope,
     decision: Decision,
     outcome: Outcome | None,
-    lease: Lease | None = None,
 ) -> None:
     """A step of a run settled for good (before its ack): its outcome into the run's
     journal, then the run's next decision (both deduplicated: a redelivered step repeats
     nothing). A store that refuses them (full, or not answering) is waited out for up to
-    STORAGE_PATIENCE seconds, the step's `lease` kept meanwhile: storage pressure must
-    not run a completed step again, nor spend its attempts."""
+    STORAGE_PATIENCE seconds, the step's lease kept meanwhile by the worker (it holds one
+    until the message is settled): storage pressure must not run a completed step again,
+    nor spend its attempts."""
     run = envelope.workflow
     if not isinstance(run, RunStepState):
         return
@@ -138,11 +133,9 @@ async def step_ended(
     if event is None:
         return  # a retry: the step is not over
     try:
-        seq = await _journaled(client, run, event, _outcome_id(envelope), lease)
+        seq = await _journaled(client, run, event, _outcome_id(envelope))
     except (store.Unjournalable, NonFiniteFloat) as exc:  # it cannot be read back: failed
-        seq = await _journaled(
-            client, run, _unjournalable(envelope, exc), _outcome_id(envelope), lease
-        )
+        seq = await _journaled(client, run, _unjournalable(envelope, exc), _outcome_id(envelope))
     log.debug("step %s of run %s ended (journal %d)", run.n, run.id, seq)
 
 
@@ -151,7 +144,6 @@ async def _journaled(
     run: RunStepState,
     event: Event,
     msg_id: str,
-    lease: Lease | None,
 ) -> int:
     """Append a step's outcome and wake its run; while the store refuses, wait (the
     step's lease kept), STORAGE_PATIENCE seconds at most. Its journal sequence."""
@@ -166,14 +158,13 @@ async def _journaled(
         return await record()
     except (StorageFull, TransientError) as exc:
         log.warning("step %s of run %s: its outcome waits for the store (%s)", run.n, run.id, exc)
-    with lease() if lease is not None else contextlib.nullcontext():
-        return await retry_transient(
-            record,
-            deadline=STORAGE_PATIENCE,
-            what=f"step {run.n} of run {run.id}: its outcome",
-            level=logging.DEBUG,
-            also=(StorageFull,),
-        )
+    return await retry_transient(
+        record,
+        deadline=STORAGE_PATIENCE,
+        what=f"step {run.n} of run {run.id}: its outcome",
+        level=logging.DEBUG,
+        also=(StorageFull,),
+    )
 
 
 def _unjournalable(envelope: Envelope, exc: Exception) -> Event:

@@ -21,10 +21,8 @@ _journaled = writes.step_ended
 _recorded = store.record_round
 
 
-async def _die_after_journal(
-    client: Any, envelope: Any, decision: Any, outcome: Any, keep: Any = None
-) -> None:
-    await _journaled(client, envelope, decision, outcome, keep)
+async def _die_after_journal(client: Any, envelope: Any, decision: Any, outcome: Any) -> None:
+    await _journaled(client, envelope, decision, outcome)
     os.kill(os.getpid(), signal.SIGKILL)
 
 

@@ -83,7 +83,13 @@ async def test_a_draining_worker_cut_mid_run_loses_nothing(
     task_id = {t: h.id for t, h in zip(ids, handles, strict=True)}
     worker = servers.start_worker(prefix, RELIABLE, "-c", "4", TASKQ_TEST_LEDGER=str(ledger))
     await worker.wait_ready()
-    await wait_until(lambda: len(runs(ledger)) >= 100, timeout=60)
+    broker = (await app.client()).connection
+    stream = app.names.queue_stream("default")
+
+    async def settled(count: int) -> bool:  # by the server's count: a run is not a settle,
+        return (await broker.streams.state(stream)).messages <= len(ids) - count  # slow store
+
+    await wait_until(lambda: settled(100), timeout=60)
     servers.power_cut()
     ran_before = set(runs(ledger))
     await app.aclose()
