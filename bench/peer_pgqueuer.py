@@ -11,16 +11,8 @@ every table logged), without `pgq autovac` (a tuning step, not a default).
 from __future__ import annotations
 
 import asyncio
-import os
-import pwd
-import shutil
-import socket
-import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import asyncpg
@@ -29,87 +21,7 @@ from pgqueuer import AsyncpgDriver, PgQueuer, Queries
 from bench.peer_apps import PGQ_BATCH, PGQ_MANAGERS
 from bench.run import spawn, steady_rate, wait_marker
 
-PG_BIN = Path(os.environ.get("PEERS_PG_BIN", "/usr/local/bin"))
 WARMUP = 20  # latency round trips not counted, as bench/run.py's
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on now (Postgres takes it a moment later)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def run_as() -> dict[str, int]:
-    """Popen's user/group for initdb and postgres: they refuse to run as root, so as root
-    they run as the `postgres` account if there is one, else `nobody`."""
-    if os.geteuid() != 0:
-        return {}
-    for name in ("postgres", "nobody"):
-        try:
-            entry = pwd.getpwnam(name)
-        except KeyError:
-            continue
-        return {"user": entry.pw_uid, "group": entry.pw_gid}
-    raise RuntimeError("running as root and no `postgres` or `nobody` account for Postgres")
-
-
-class PgServer:
-    """One Postgres (`initdb` + `pg_ctl start`) in a temporary directory; `stop()` stops
-    that one server (pg_ctl acts on its own data directory) and removes the directory."""
-
-    def __init__(self) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="peers-pg-"))
-        self.data = self.dir / "data"
-        self.port = 0
-        self.account = run_as()
-        if self.account:
-            os.chown(self.dir, self.account["user"], self.account["group"])
-
-    @property
-    def dsn(self) -> str:
-        """Where clients connect: TCP on the loopback port, user `bench`, db `postgres`."""
-        return f"postgresql://bench@127.0.0.1:{self.port}/postgres"
-
-    def _run(self, *cmd: str) -> None:
-        """A Postgres binary run to completion (as the Postgres account), or an error."""
-        done = subprocess.run(
-            [str(PG_BIN / cmd[0]), *cmd[1:]], capture_output=True, text=True, **self.account
-        )
-        if done.returncode:
-            raise RuntimeError(f"{cmd[0]} failed ({done.returncode}): {done.stderr[-2000:]}")
-
-    def start(self) -> PgServer:
-        """initdb (trust auth, user `bench`), then start and wait until it takes queries."""
-        self._run("initdb", "-D", str(self.data), "-U", "bench", "--auth=trust", "--no-sync")
-        self.port = free_port()
-        opts = f"-p {self.port} -h 127.0.0.1 -k {self.dir}"
-        log = str(self.dir / "postgres.log")
-        self._run("pg_ctl", "-D", str(self.data), "-l", log, "-o", opts, "-w", "start")
-        return self
-
-    def stop(self) -> None:
-        """Stop this data directory's server (fast: rolls back open sessions), remove it."""
-        if (self.data / "postmaster.pid").exists():
-            self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-    def version(self) -> str:
-        """`postgres --version`."""
-        out = subprocess.run([str(PG_BIN / "postgres"), "--version"], capture_output=True)
-        return out.stdout.decode().strip()
-
-    def __enter__(self) -> PgServer:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
 
 async def settings(dsn: str) -> dict[str, str]:

@@ -378,3 +378,18 @@ class UnsafeName(TaskqError, ValueError):
         self.value = value
         shown = value if len(value) <= 60 else value[:57] + "..."
         super().__init__(f"refusing to send {what} {shown!r}: not valid on the NATS wire")
+
+
+class OutboxDatabaseError(TaskqError):
+    """The outbox's database (`url`, password hidden) cannot be reached or has no outbox
+    table (`missing_table`); `detail` is the driver's first line."""
+
+    def __init__(self, url: str, detail: str, missing_table: bool = False) -> None:
+        self.url, self.detail, self.missing_table = url, detail, missing_table
+        if missing_table:
+            super().__init__(
+                f"no outbox table in the database at {url}: create it with "
+                f"`taskq outbox init --db URL` ({detail})"
+            )
+        else:
+            super().__init__(f"cannot reach the outbox database at {url}: {detail}")

@@ -30,6 +30,7 @@ DeadReason = Literal[
     "crashed",
     "forged_step",
     "unstored",
+    "unpublishable",  # an outbox row the relay can never publish (taskq.outbox)
 ]
 
 

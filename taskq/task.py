@@ -30,6 +30,7 @@ from taskq.portal import Portal
 from taskq.records.clock import format_time, now_iso
 from taskq.records.envelope import Envelope
 from taskq.records.schedules import due_time
+from taskq.settings import Settings
 from taskq.topology.names import check_queue
 
 P = ParamSpec("P")
@@ -47,6 +48,9 @@ class Producer(ClientSource, Protocol):
 
     @property
     def clock(self) -> Clock: ...
+
+    @property
+    def settings(self) -> Settings: ...
 
 
 @dataclass(frozen=True)
@@ -167,6 +171,16 @@ class Task(Generic[P, R]):
     async def enqueue_many(self, items: Iterable[Any]) -> list[TaskHandle]:
         """Enqueue many runs, pipelined; each item is an args list, a kwargs dict or a value."""
         return await TaskCall(self, CallOptions()).enqueue_many(items)
+
+    def enqueue_in(self, db: Any, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:
+        """Write a run into the outbox inside `db`'s transaction (a SQLAlchemy Connection or
+        Session, or a Django connection): published by a relay once it commits, never if
+        it rolls back (docs/outbox.md)."""
+        return TaskCall(self, CallOptions()).enqueue_in(db, *args, **kwargs)
+
+    async def enqueue_in_async(self, db: Any, *args: P.args, **kwargs: P.kwargs) -> TaskHandle:
+        """`enqueue_in` through a SQLAlchemy AsyncConnection or AsyncSession."""
+        return await TaskCall(self, CallOptions()).enqueue_in_async(db, *args, **kwargs)
 
     def level(self, priority: int | None) -> int:
         """The priority level of a call (`priority` None: the task's own)."""
@@ -290,6 +304,18 @@ class TaskCall:
 
     def delay(self, *args: Any, **kwargs: Any) -> TaskHandle:
         return self.task.app.portal.run(self.enqueue(*args, **kwargs))
+
+    def enqueue_in(self, db: Any, *args: Any, **kwargs: Any) -> TaskHandle:
+        from taskq.outbox import load  # SQLAlchemy loads with the first outbox call
+
+        handle: TaskHandle = load("rows").write(db, self, args, kwargs)
+        return handle
+
+    async def enqueue_in_async(self, db: Any, *args: Any, **kwargs: Any) -> TaskHandle:
+        from taskq.outbox import load
+
+        handle: TaskHandle = await load("rows").write_async(db, self, args, kwargs)
+        return handle
 
     async def enqueue_many(self, items: Iterable[Any]) -> list[TaskHandle]:
         """Validate every item first (a bad one publishes nothing), run each through the

@@ -176,14 +176,19 @@ class FaultyPipeline:
         return [await self.send(s, b, h, ack_timeout) for s, b, h in messages]
 
     async def send(
-        self, subject: str, body: bytes, headers: dict[str, str] | None, ack_timeout: float
+        self,
+        subject: str,
+        body: bytes,
+        headers: dict[str, str] | None,
+        ack_timeout: float,
+        **more: Any,  # `batched`: an atomic batch's commit
     ) -> asyncio.Future[PubAck]:
         rule = self._faults._pick(PUBLISH, subject)
         loop = asyncio.get_running_loop()
         if rule is not None and rule.action == DELAY:
             await asyncio.sleep(rule.seconds)
         if rule is None or rule.action == DELAY:
-            return await self._real.send(subject, body, headers, ack_timeout)
+            return await self._real.send(subject, body, headers, ack_timeout, **more)
         if rule.action == REFUSE:
             answer: asyncio.Future[PubAck] = loop.create_future()
             answer.set_exception(refused(subject, rule.error))

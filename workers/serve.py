@@ -11,6 +11,7 @@ import asyncio
 import logging
 import os
 import signal
+from collections.abc import Awaitable, Callable
 
 from taskq.app import App
 from taskq.workers.limits import Limits
@@ -33,32 +34,64 @@ async def serve(
     max_tasks: int | None = None,
     max_memory_mb: float | None = None,
     metrics_port: int | None = None,
+    outbox: str | None = None,
 ) -> None:
     """Run a Worker of `app` until a signal (or a recycle: `max_tasks` settled tasks or
-    `max_memory_mb` of RSS), serving Prometheus metrics on `metrics_port` if given; the
-    caller owns (and closes) the connection."""
+    `max_memory_mb` of RSS), serving Prometheus metrics on `metrics_port` if given, and
+    relaying the outbox in the database at `outbox` if given; the caller owns (and
+    closes) the connection."""
     configure_from_env(metrics_port)  # OpenTelemetry SDK, only if OTEL_* or the port asks
     limits = Limits(max_tasks, max_memory_mb)  # for this process and its pool's, each alone
     worker = Worker(
         app, queues, concurrency=concurrency, grace=grace, pool_size=pool_size, limits=limits
     )
     _handle_signals(worker, grace)
-    handler = next(
-        (h for h in logging.getLogger("taskq").handlers if isinstance(h, BufferedStreamHandler)),
-        None,
-    )
+    handler = _buffered_handler()
     helpers = tethers(worker)  # ready notice and orphan watch, under a supervisor
     if handler is not None:
         helpers.append(asyncio.create_task(_flush_every(handler)))
     if limits:
         helpers.append(asyncio.create_task(recycle_when_due(worker, limits)))
+    stop_relay = await _relay(app, outbox)
     try:
         await worker.run()
     finally:
         for helper in helpers:
             helper.cancel()
+        await stop_relay()  # the relay stops with the worker, its pass under way done
         if handler is not None:
             handler.flush_now()
+
+
+def _buffered_handler() -> BufferedStreamHandler | None:
+    handlers = logging.getLogger("taskq").handlers
+    return next((h for h in handlers if isinstance(h, BufferedStreamHandler)), None)
+
+
+async def _relay(app: App, url: str | None) -> Callable[[], Awaitable[None]]:
+    """Start the outbox relay beside the worker (`--outbox URL`) once its database
+    answers (OutboxDatabaseError before the worker starts when it does not); what stops it."""
+    if url is None:
+        return _nothing
+    from taskq.outbox import load
+
+    relay = load("relay").Relay(app, url)
+    job = asyncio.create_task(relay.run())
+    ready = asyncio.create_task(relay.ready.wait())
+    await asyncio.wait({job, ready}, return_when=asyncio.FIRST_COMPLETED)
+    ready.cancel()
+    if job.done():
+        job.result()
+
+    async def stop() -> None:
+        relay.stop()
+        await job
+
+    return stop
+
+
+async def _nothing() -> None:
+    return None
 
 
 def _handle_signals(worker: Worker, grace: float) -> None:

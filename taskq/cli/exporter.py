@@ -76,6 +76,30 @@ class QueueCollector:
             for task, count in s.per_task.items():
                 stored.add_metric([prefix, s.queue, task], float(count))
         yield stored
+        yield from self._relays(prefix)
+
+    def _relays(self, prefix: str) -> Iterator[Any]:
+        """The outbox relays' last reports (taskq.records.relays): backlog, oldest age."""
+        from prometheus_client.core import GaugeMetricFamily
+
+        from taskq.records.relays import list_relays
+
+        future = asyncio.run_coroutine_threadsafe(list_relays(self.client), self.loop)
+        reports = future.result(SCRAPE_TIMEOUT)
+        labels = ["taskq_prefix", "relay"]
+        backlog = GaugeMetricFamily(
+            "taskq_outbox_backlog", "outbox rows waiting, as a relay last read them", labels=labels
+        )
+        oldest = GaugeMetricFamily(
+            "taskq_outbox_oldest_age_seconds",
+            "age of the oldest outbox row waiting, as a relay last read it",
+            labels=labels,
+        )
+        for report in reports:
+            backlog.add_metric([prefix, report.relay], float(report.backlog))
+            oldest.add_metric([prefix, report.relay], report.oldest_age)
+        yield backlog
+        yield oldest
 
 
 @click.command()

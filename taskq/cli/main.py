@@ -39,6 +39,7 @@ COMMANDS = {  # name: where its click command is (module:attribute)
     "new-key": "taskq.cli.keys:new_key_command",
     "doctor": "taskq.cli.doctor:doctor",
     "provision": "taskq.cli.provision:provision",
+    "outbox": "taskq.cli.outbox:outbox",
 }
 
 

@@ -94,6 +94,12 @@ from taskq.cli.common import Context, pass_ctx
     help="wait up to SECONDS for the NATS server to answer before giving up (a worker "
     "started before its server, as in a pod, waits instead of exiting at once)",
 )
+@click.option(
+    "--outbox",
+    metavar="URL",
+    help="also relay MODULE:APP's transactional outbox in the database at URL "
+    "(docs/outbox.md); needs taskq[outbox]",
+)
 @pass_ctx
 def worker(
     ctx: Context,
@@ -110,13 +116,13 @@ def worker(
     log_format: str,
     metrics_port: int | None,
     wait_for: float,
+    outbox: str | None,
 ) -> None:
     """Run a worker for the tasks of MODULE:APP (with -p N: N worker processes)."""
     from taskq.workers.serve import serve
     from taskq.workers.tether import supervised
 
-    in_process = supervised()
-    port = _metrics_port(metrics_port, processes or 1)
+    in_process, port = supervised(), _metrics_port(metrics_port, processes or 1)
     _install_logs(log_level, log_format, in_process)
     if not in_process and (processes or max_tasks or max_memory_mb or reload):
         _supervise(processes or 1, grace, reload)
@@ -131,6 +137,7 @@ def worker(
             max_tasks=max_tasks,
             max_memory_mb=max_memory_mb,
             metrics_port=port,
+            outbox=outbox,
         ),
         app=app,
     )

@@ -12,6 +12,7 @@ from taskq.dashboard.shared import client_of, url
 from taskq.dashboard.tasks import is_run
 from taskq.operate.queue_stats import snapshot
 from taskq.records.heartbeats import list_workers
+from taskq.records.relays import list_relays
 
 
 async def overview(request: Request) -> Response:
@@ -19,7 +20,12 @@ async def overview(request: Request) -> Response:
     client = client_of(request)
     stats = await snapshot(client, None, 0)
     workers = await list_workers(client)
-    data = {"queues": [s.to_dict() for s in stats], "workers": [w.to_dict() for w in workers]}
+    relays = await list_relays(client)  # outbox relays, when any reports (docs/outbox.md)
+    data = {
+        "queues": [s.to_dict() for s in stats],
+        "workers": [w.to_dict() for w in workers],
+        "outbox": [r.to_dict() for r in relays],
+    }
     return respond(
         request,
         "overview.html",
@@ -27,6 +33,7 @@ async def overview(request: Request) -> Response:
         title="Overview",
         queues=stats,
         workers=workers,
+        relays=relays,
         events="/events/queues",
     )
 

@@ -115,6 +115,11 @@ def _pop_component(stack: list[str], on_stack: set[str], root: str) -> list[str]
             return component
 
 
+# the outbox's relay: it publishes and dead-letters, as a worker does (the rest of
+# taskq.outbox, what `task.enqueue_in` writes with, is core)
+RELAY = ("taskq.outbox.publish", "taskq.outbox.relay")
+
+
 def layer(module: str) -> int:
     """0 core (taskq), 1 dlq, 2 workers, 3 the command line (wires the three together)
     and the dashboard (a web face of the same commands), and taskq.testing."""
@@ -124,7 +129,7 @@ def layer(module: str) -> int:
         return 3
     if _within(module, "taskq.testing"):  # runs a real Worker inside the user's tests
         return 3
-    if _within(module, "taskq.workers"):
+    if _within(module, "taskq.workers") or module in RELAY:
         return 2
     if _within(module, "taskq.dlq"):
         return 1
