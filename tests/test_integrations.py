@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -91,10 +92,15 @@ def http(method: str, url: str, body: dict[str, Any] | None = None) -> tuple[int
 
 def test_fastapi_app(services: Services) -> None:
     port = lease_port()
+    outbox = f"sqlite+aiosqlite:///{services.env['SHOP_DB']}"  # the orders' database
+    services.env["ORDERS_DB"] = outbox  # the API's: the same URL
     api = services.start(
         "api", "-m", "uvicorn", "examples.fastapi_app.main:api", "--port", str(port)
     )
-    services.start("worker", "-m", "taskq", "worker", "examples.fastapi_app.tasks:app")
+    services.wait_port(port, "api")  # its lifespan made the tables
+    services.start(
+        "worker", "-m", "taskq", "worker", "examples.fastapi_app.tasks:app", "--outbox", outbox
+    )
     services.wait_port(port, "api")
     services.wait_log("worker", "worker ready")
     base = f"http://127.0.0.1:{port}"
@@ -111,6 +117,16 @@ def test_fastapi_app(services: Services) -> None:
     assert body == {"id": report, "state": "succeeded", "result": "report for 2026-10"}
     status, body = http("POST", f"{base}/add?wait=0", {"a": 1, "b": 1})
     assert status in (200, 504) and "id" in body.get("detail", body)
+    # an order and its receipt task, in one transaction: both, or (it fails) neither
+    status, placed = http("POST", f"{base}/orders", {"item": "book"})
+    assert status == 201, placed
+    status, failed = http("POST", f"{base}/orders?fail=true", {"item": "pen"})
+    assert status == 409 and failed["detail"]["saved"] is False
+    status, body = http("GET", f"{base}/tasks/{placed['id']}?wait=10")
+    assert body == {"id": placed["id"], "state": "succeeded", "result": placed["order"]}
+    with sqlite3.connect(services.env["SHOP_DB"]) as db:
+        assert db.execute("SELECT id FROM orders").fetchall() == [(placed["order"],)]
+        assert db.execute("SELECT count(*) FROM taskq_outbox").fetchone() == (0,)
     # the lifespan closes the connection at shutdown, cleanly
     api.send_signal(signal.SIGTERM)
     # uvicorn re-raises the signal once shut down (so -SIGTERM is its clean exit)
@@ -132,8 +148,12 @@ def test_django_app(services: Services) -> None:
     assert migrate.returncode == 0, migrate.stdout + migrate.stderr
     port = lease_port()
     services.start("web", "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}", cwd=DJANGO)
-    # the worker runs against the Django project, from its directory, as documented
-    services.start("worker", "-m", "taskq", "worker", "shop.tasks:app", cwd=DJANGO)
+    # the worker runs against the Django project, from its directory, as documented, and
+    # relays the shop's outbox (its orders' receipts)
+    outbox = f"sqlite:///{services.env['SHOP_DB']}"
+    services.start(
+        "worker", "-m", "taskq", "worker", "shop.tasks:app", "--outbox", outbox, cwd=DJANGO
+    )
     services.wait_port(port, "web")
     services.wait_log("worker", "worker ready")
     base = f"http://127.0.0.1:{port}"
@@ -153,3 +173,13 @@ def test_django_app(services: Services) -> None:
     assert enqueued.returncode == 0, enqueued.stderr
     status, body = http("GET", f"{base}/tasks/{enqueued.stdout.strip()}")
     assert (status, body["result"]) == (200, False), body
+    # an order and its receipt task, in one transaction: both, or (it fails) neither
+    status, placed = http("GET", f"{base}/order?item=book")
+    assert status == 201, placed
+    status, failed = http("GET", f"{base}/order?item=pen&fail=1")
+    assert status == 409 and failed["saved"] is False
+    status, body = http("GET", f"{base}/tasks/{placed['id']}")
+    assert (status, body["result"]) == (200, placed["order"]), body
+    assert http("GET", f"{base}/orders") == (200, {"count": 1, "receipts_sent": [placed["order"]]})
+    with sqlite3.connect(services.env["SHOP_DB"]) as db:  # published and deleted; the
+        assert db.execute("SELECT count(*) FROM taskq_outbox").fetchone() == (0,)  # other: never

@@ -19,3 +19,9 @@ async def add(a: int, b: int) -> int:
 async def render_report(month: str, pause: float = 0.0) -> str:
     await asyncio.sleep(pause)  # stands in for minutes of real work
     return f"report for {month}"
+
+
+@app.task
+async def send_receipt(order_id: int) -> int:
+    """Stands in for e-mailing a receipt; enqueued with its order, in its transaction."""
+    return order_id

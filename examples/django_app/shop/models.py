@@ -8,3 +8,10 @@ class Visit(models.Model):
 
     path = models.CharField(max_length=200)
     at = models.DateTimeField(auto_now_add=True)
+
+
+class Order(models.Model):
+    """An order, saved with its receipt task in one transaction (shop.views.order)."""
+
+    item = models.CharField(max_length=200)
+    receipt_sent = models.BooleanField(default=False)

@@ -23,7 +23,7 @@ if not apps.ready:
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections, connection
 
-from shop.models import Visit
+from shop.models import Order, Visit
 from taskq import App, Middleware, TaskContext
 from taskq.middleware import Run
 
@@ -55,3 +55,13 @@ async def record_visit(path: str) -> int:
 async def connection_was_open() -> bool:
     """Whether this task started with a database connection left open (it should not)."""
     return await sync_to_async(lambda: connection.connection is not None)()
+
+
+@app.task
+async def send_receipt(order_id: int) -> int:
+    """Mark the order's receipt sent (stands in for an e-mail); enqueued with the order, in
+    its transaction, through the outbox (shop.views.order)."""
+    order = await Order.objects.aget(pk=order_id)
+    order.receipt_sent = True
+    await order.asave(update_fields=["receipt_sent"])
+    return order.pk
