@@ -11,8 +11,10 @@ afresh. Tests about processes, signals, terminals or a fresh interpreter keep a 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
+import gc
 import logging
 import re
 import subprocess
@@ -28,6 +30,7 @@ from click.testing import CliRunner
 
 from taskq import App
 from taskq.cli.main import cli, main
+from taskq.workers.logs import awaiting
 
 ROOT = Path(__file__).resolve().parent.parent
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # as taskq/cli/main.py sets it
@@ -66,8 +69,21 @@ def run_in_process(
     thread.join(timeout)
     if thread.is_alive():
         _STUCK.append(thread)
-        raise subprocess.TimeoutExpired(argv, timeout)
+        raise subprocess.TimeoutExpired(argv, timeout, output=call.stdout, stderr=_waits())
     return subprocess.CompletedProcess(argv, call.code, call.stdout, call.stderr)
+
+
+def _waits() -> str:
+    """Where the event loops running in this process wait: every task's stack (what a
+    command stuck past its timeout awaits, for the failing test's report)."""
+    lines = []
+    for loop in [o for o in gc.get_objects() if isinstance(o, asyncio.AbstractEventLoop)]:
+        if not loop.is_running():
+            continue
+        for task in asyncio.all_tasks(loop):
+            lines.append(f"task {task.get_name()}:")
+            lines += awaiting(task.get_coro())
+    return "\n".join(lines)
 
 
 class _Call:

@@ -51,7 +51,7 @@ def run_cli(
     prefix: str,
     *args: str,
     stdin: str | None = None,
-    timeout: float = 120,
+    timeout: float = 90,  # under the tests' 120 s: a hang is reported with where it waits
     fresh: bool = False,
     env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
@@ -60,7 +60,13 @@ def run_cli(
     a new interpreter, for a test about the real one (its imports, its exit). `env`: the
     environment variables it runs with, over this process's."""
     if not fresh:
-        done = run_in_process(cli_argv(url, prefix, *args), stdin, timeout, env)
+        try:
+            done = run_in_process(cli_argv(url, prefix, *args), stdin, timeout, env)
+        except subprocess.TimeoutExpired as exc:
+            waits = exc.stderr or "(no event loop running)"
+            raise AssertionError(
+                f"taskq {' '.join(args)} hung past {timeout:g}s:\n{waits}"
+            ) from None
         if done is not None:
             return done
     return subprocess.run(

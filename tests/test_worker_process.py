@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -70,7 +71,10 @@ async def test_sigusr1_prints_where_the_worker_waits_and_it_goes_on(
     proc = worker_process("tests.apps.ledger:app")
     await proc.wait_ready()
     proc.signal(signal.SIGUSR1)
-    await wait_until(lambda: "Stack for <Task" in proc.output(), timeout=20)
+    await wait_until(lambda: "awaiting:" in proc.output(), timeout=20)
     out = proc.output()
     assert "Current thread" in out or "Thread 0x" in out  # every thread's, first
+    # then each task's chain of awaits, down to what it waits on: the main task's reaches
+    # the worker's `run`, waiting for its stop
+    assert re.search(r"workers/worker\.py:\d+ in run\n", out), out
     assert proc.proc.poll() is None  # still running: a dump, not a stop

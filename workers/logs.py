@@ -255,7 +255,24 @@ def dump_stacks_on(signum: int | None = getattr(signal, "SIGUSR1", None)) -> Non
         except RuntimeError:  # no loop running in this thread
             tasks = set()
         for task in tasks:
-            task.print_stack(limit=30, file=sys.stderr)
+            print(f"task {task.get_name()}, awaiting:", file=sys.stderr)
+            print("\n".join(awaiting(task.get_coro())), file=sys.stderr)
         sys.stderr.flush()
 
     signal.signal(signum, dump)
+
+
+def awaiting(coro: object, depth: int = 40) -> list[str]:
+    """The chain of awaits under a task's coroutine, outermost first, one line per frame
+    (`Task.print_stack` shows a suspended coroutine's own frame only, not what it awaits)."""
+    lines = []
+    while coro is not None and depth:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        code = getattr(frame, "f_code", None)
+        if frame is not None and code is not None:
+            lines.append(f"  {code.co_filename}:{frame.f_lineno} in {code.co_name}")
+        else:
+            lines.append(f"  {coro!r}")
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+        depth -= 1
+    return lines

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from sqlalchemy import create_engine
+from sqlalchemy import create_engine, update
 
 from taskq import App
 from taskq.cli.exporter import QueueCollector
+from taskq.outbox.table import outbox
 from taskq.records.relays import list_relays
 from tests.apps import outboxed
 from tests.conftest import WorkerProcess, run_cli, wait_until
@@ -31,13 +33,20 @@ def test_init_status_and_bad_input(nats_url: str, prefix: str, tmp_path: Path) -
     with engine.begin() as connection:
         for order in range(3):
             outboxed.receipt.options(queue="default").enqueue_in(connection, order)
-    engine.dispose()
     shown = run_cli(nats_url, "taskq", "outbox", "status", "--db", url, "--json")
     [backlog] = json.loads(shown.stdout)
     assert (backlog["prefix"], backlog["rows"], backlog["beyond_dedup"]) == ("taskq", 3, False)
     assert 0 <= backlog["oldest_age"] < 3600
     table = run_cli(nats_url, "other", "outbox", "status", "--db", url)
     assert table.stdout.splitlines()[1].split() == ["other", "0", "0.0s"]
+    # a row older than the dedup window (2 min by default): status warns, in both forms
+    with engine.begin() as connection:
+        connection.execute(update(outbox).values(created_at=datetime.now(UTC) - timedelta(hours=1)))
+    old = run_cli(nats_url, "taskq", "outbox", "status", "--db", url, "--json")
+    assert json.loads(old.stdout)[0]["beyond_dedup"] is True
+    warned = run_cli(nats_url, "taskq", "outbox", "status", "--db", url)
+    assert "beyond the 120s dedup window" in warned.stdout
+    engine.dispose()
     # a database taskq does not run on, a URL that is none, a server that does not answer
     for db, code, words in [
         ("mysql://root@127.0.0.1/app", 2, "Postgres or SQLite"),
