@@ -18,7 +18,7 @@ from collections import Counter
 from taskq.app import App
 from taskq.client import Client
 from taskq.dlq.stream import ensure_dlq
-from taskq.errors import TaskqError, TransientError
+from taskq.errors import PermissionDenied, TaskqError, TransientError
 from taskq.outbox.claim import claim, remove
 from taskq.outbox.database import checked, shown
 from taskq.outbox.publish import relay
@@ -76,6 +76,11 @@ class Relay:
             self.stats["published"] += len(result.published)
             self.stats["dead"] += len(result.dead)
             return -1 if result.left else len(rows)
+        except PermissionDenied as exc:  # no pass could ever finish: stop, and say why
+            raise PermissionDenied(
+                f"the outbox relay was refused ({exc}): it publishes tasks, writes dead "
+                "letters and its report, so it runs as the worker role (docs/security.md)"
+            ) from None
         except TransientError as exc:  # NATS away: the rows wait in the table
             log.warning("outbox: NATS unavailable (%s); rows wait", exc)
         except TaskqError as exc:
