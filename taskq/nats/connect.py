@@ -95,6 +95,9 @@ class Outage:
         return f" after {time.monotonic() - since:.1f} s" if since is not None else ""
 
 
+FLUSH_TIMEOUT = 10.0  # seconds a forced flush of queued commands may take
+
+
 async def open_client(settings: Settings, name: str, events: Events) -> Client:
     """Connect, or raise ConnectError naming the URL when no server answers."""
     client = Client()
@@ -132,6 +135,10 @@ def connect_options(settings: Settings, name: str, events: Events) -> dict[str, 
         # bounded for the first connect (fail fast with ConnectError); unbounded afterwards
         "max_reconnect_attempts": 1,
         "reconnect_time_wait": settings.timings.reconnect_wait,
+        # a forced flush (internals.write_pending) waits for nats-py's flusher task; one
+        # that exits on a disconnect leaves the wait unresolved, and nats-py's default
+        # (None) waits forever: bound it (past it, nats-py reports FlushTimeoutError)
+        "flush_timeout": FLUSH_TIMEOUT,
         "error_cb": events.error,
         "disconnected_cb": events.disconnected,
         "reconnected_cb": events.reconnected,
