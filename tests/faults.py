@@ -23,8 +23,11 @@ for `times` calls), which meet one of:
 - `close`: the underlying nats-py client is really closed for good (`close()` while the
   connection is live, as nats-py does on a protocol error: the Connection's `wait_lost`
   fires), then the call goes on to the real object and meets the closed connection.
-On leaving the block the real objects are back. Every call seen is in `calls`, as
-`Call(kind, subject, fault, method)` (`fault` None: forwarded untouched).
+Atomic batches are not sent while faults are injected (every stream counts as one that
+refused them, as a stream made without atomic publishes does): taskq then publishes each
+write on its own, where the rules see it. On leaving the block the real objects are back.
+Every call seen is in `calls`, as `Call(kind, subject, fault, method)` (`fault` None:
+forwarded untouched).
 """
 
 from __future__ import annotations
@@ -256,10 +259,20 @@ def inject(connection: Connection) -> Iterator[Faults]:
     it yields, before or during the block."""
     faults = Faults(connection)
     pipeline, records = connection._pipeline, connection.records
+    unbatched = connection._unbatched
     connection._pipeline = FaultyPipeline(pipeline, faults)  # type: ignore[assignment]
     connection.records = FaultyRecords(records, faults)  # type: ignore[assignment]
+    connection._unbatched = _EveryStream()
     try:
         yield faults
     finally:
         connection._pipeline = pipeline
         connection.records = records
+        connection._unbatched = unbatched
+
+
+class _EveryStream(set[str]):
+    """Streams that refused atomic batches, under faults: all of them."""
+
+    def __contains__(self, stream: object) -> bool:
+        return True

@@ -51,7 +51,7 @@ def start_relay(
     )
 
 
-async def _no_rows(url: str, prefix: str) -> bool:
+async def no_rows_left(url: str, prefix: str) -> bool:
     return await waiting_rows(url, prefix) == 0
 
 
@@ -82,7 +82,7 @@ async def test_a_relay_killed_between_publish_and_delete_loses_none_runs_none_tw
     healthy = start_relay(nats_url, prefix, db_url, ledger)
     try:
         async with running_worker(outboxed.app, concurrency=8):
-            await wait_until(lambda: _no_rows(db_url, prefix), timeout=60)
+            await wait_until(lambda: no_rows_left(db_url, prefix), timeout=60)
             await wait_until(lambda: drained(outboxed.app), timeout=60)
     finally:
         healthy.terminate()
@@ -118,7 +118,7 @@ async def test_a_nats_outage_only_grows_the_outbox_and_it_drains_after(
             # When NATS is back, they drain, each run once
             link.restore()
             async with running_worker(outboxed.app, concurrency=8):
-                await wait_until(lambda: _no_rows(db_url, prefix), timeout=60)
+                await wait_until(lambda: no_rows_left(db_url, prefix), timeout=60)
                 await wait_until(lambda: drained(outboxed.app), timeout=60)
     finally:
         await relayed.aclose()
@@ -147,7 +147,7 @@ async def test_two_relays_on_postgres_publish_each_row_once_in_commit_order(
                 running_relay(outboxed.app, pg_url, batch=50, poll=0.05) as one,
                 running_relay(other, pg_url, batch=50, poll=0.05) as two,
             ):
-                await wait_until(lambda: _no_rows(pg_url, prefix), timeout=60)
+                await wait_until(lambda: no_rows_left(pg_url, prefix), timeout=60)
         stream = outboxed.app.names.queue_stream("default")
         assert await task_ids_in_stream(outboxed.app, stream) == ids
         assert one.stats["published"] + two.stats["published"] == 600
