@@ -30,7 +30,7 @@ def parse(url: str) -> URL:
 def shown(url: str) -> str:
     """`url` fit for a message: its password hidden."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        return str(make_url(url).render_as_string(hide_password=True))
     except ArgumentError:
         return url[:80]
 
@@ -43,7 +43,7 @@ def engine(url: str) -> AsyncEngine:
 
 def libpq(url: str) -> str:
     """A Postgres `url` as psycopg takes it (for LISTEN, on a connection of its own)."""
-    return parse(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    return str(parse(url).set(drivername="postgresql").render_as_string(hide_password=False))
 
 
 async def create_table(url: str) -> None:
