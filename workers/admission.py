@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -46,6 +47,7 @@ from taskq.flowcontrol.start_gate import StartGate, StartSlipped
 from taskq.flowcontrol.store import ensure_limits
 from taskq.ids import new_id
 from taskq.policy import Hold
+from taskq.records.heartbeats import COPIED_IN
 from taskq.task import Task
 from taskq.workers.job import Job
 from taskq.workers.ticker import Ticker
@@ -68,8 +70,9 @@ class Permit:
 class Admission:
     """Flow-control checks of one worker, and the slots it holds."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, stats: Counter[str] | None = None) -> None:
         self.client = client
+        self._stats = stats if stats is not None else Counter()  # the worker's: copies woken
         self._holders: dict[str, Holder] = {}
         self._permits: dict[int, Permit] = {}  # by id(job): the slot each running job holds
         self._parked: dict[int, KeySlots] = {}  # by id(job): the key slots it waits for
@@ -252,7 +255,8 @@ class Admission:
             log.warning("releasing a concurrency slot of %s failed: %s", permit.task_id, exc)
 
     async def _wake(self, queue: str, limit: str, note: dict[str, str] | None = None) -> None:
-        await self.holder(queue).wake(limit, note)
+        if await self.holder(queue).wake(limit, note):  # a copy back in its queue: no new task
+            self._stats[f"{COPIED_IN}{queue}"] += 1
 
     async def _renew(self) -> None:
         """Renew held slots' TTLs (each every lease/3; looked at every 0.25 s)."""

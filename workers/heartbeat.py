@@ -62,7 +62,7 @@ class Heartbeat:
         """Per queue, tasks settled and copies published per second over the last
         RATE_SPAN seconds (or since the first beat): a rate limit starts its tasks in
         bursts, so one beat's count alone jumps between none and many."""
-        now, tallies = time.monotonic(), self._tallies()
+        now, tallies = time.monotonic(), self.record.tallies
         span = max(RATE_SPAN, 3 * self._client.settings.heartbeat)
         while len(self._samples) > 1 and now - self._samples[1][0] >= span:
             self._samples.popleft()
@@ -81,6 +81,7 @@ class Heartbeat:
     async def _beat(self) -> None:
         self.record.heartbeat_at = now_iso()
         self.record.counts = self._counts()
+        self.record.tallies = self._tallies()
         self.record.rates = self._rates()
         self.record.running = self._running()[:LISTED]
         self.record.problem = self._problem()

@@ -37,7 +37,7 @@ from taskq.middleware import Chain, Settled
 from taskq.nats import PubAck
 from taskq.operate.tracebacks import fold
 from taskq.policy import Ack, Cancel, Dead, Decision, Failure, Hold, Nak, Outcome, Success
-from taskq.records.heartbeats import COPIED_IN, SETTLED_IN
+from taskq.records.heartbeats import SETTLED_IN
 from taskq.retrying import retry_transient
 from taskq.workers.admission import Admission
 from taskq.workers.job import Job
@@ -270,9 +270,8 @@ class Settler:
     async def _hold(self, job: Job, hold: Hold) -> None:
         """Held by a limit: store the held copy (unless an earlier delivery did), then ack;
         nothing is recorded, no attempt is spent (taskq.flowcontrol.held)."""
-        if not hold.done:
+        if not hold.done:  # counted as a copy when it re-enters its queue (timers, admission)
             await self._admission.hold(job, hold)
-            self.stats[f"{COPIED_IN}{job.queue}"] += 1  # a copy, not a task: not IN/s
         await job.delivery.ack()
         self.stats["held"] += 1
         await self._admission.after_hold(job)

@@ -30,12 +30,13 @@ from collections import Counter
 
 from taskq.client import Client
 from taskq.errors import NotFound, TaskqError
-from taskq.flowcontrol.held import FIRED, carried, dropped_told
+from taskq.flowcontrol.held import FIRED, HELD, carried, dropped_told
 from taskq.flowcontrol.keys import task_token
 from taskq.flowcontrol.store import ensure_limits
 from taskq.nats import Delivery, Puller
 from taskq.records.envelope import MSG_ID
 from taskq.records.firings import Firing, firing
+from taskq.records.heartbeats import COPIED_IN
 from taskq.retrying import retry_transient
 
 log = logging.getLogger("taskq.worker")
@@ -61,7 +62,7 @@ async def run_mover(
         try:
             if puller is None:
                 puller = await client.connection.pull(stream, durable)
-            await _move_batch(client, puller, tally, linger)
+            await _move_batch(client, puller, tally, linger, queue)
         except TaskqError as exc:
             log.warning("moving fired tasks of queue %s failed: %s", queue, exc)
             if isinstance(exc, NotFound) and puller is not None:
@@ -73,10 +74,13 @@ async def run_mover(
         await puller.close()
 
 
-async def _move_batch(client: Client, puller: Puller, tally: Counter[str], linger: float) -> None:
+async def _move_batch(
+    client: Client, puller: Puller, tally: Counter[str], linger: float, queue: str
+) -> None:
     """One pull request's firings, each moved as it arrives."""
     moving = [
-        asyncio.create_task(move(client, d, tally)) async for d in puller.stream(BATCH, linger)
+        asyncio.create_task(move(client, d, tally, queue))
+        async for d in puller.stream(BATCH, linger)
     ]
     dropped = Counter(run.task for run in await asyncio.gather(*moving) if run is not None)
     if dropped:
@@ -84,10 +88,13 @@ async def _move_batch(client: Client, puller: Puller, tally: Counter[str], linge
         log.info("dropped late periodic runs (their catch_up): %s", shown)
 
 
-async def move(client: Client, d: Delivery, tally: Counter[str] | None = None) -> Firing | None:
+async def move(
+    client: Client, d: Delivery, tally: Counter[str] | None = None, queue: str = ""
+) -> Firing | None:
     """Publish one fired task to its queue subject, then acknowledge it (a failure leaves
     it to come back after the consumer's ack_wait); the run, when it was a late periodic
-    run its catch-up policy dropped."""
+    run its catch-up policy dropped. A held task back in `queue` is tallied as a copy (no
+    new task: `taskq queues`' IN/s leaves it out, counted the moment it re-enters)."""
     target = client.names.unfired(d.subject)
     if target is None:  # nothing a schedule of ours fires: nowhere to move it
         log.warning("dropping %s from %s: not a fired task subject", d.subject[:100], d.stream)
@@ -108,6 +115,8 @@ async def move(client: Client, d: Delivery, tally: Counter[str] | None = None) -
     except TaskqError as exc:
         log.warning("moving a fired task to %s failed (it comes back): %s", target, exc)
         return None
+    if tally is not None and HELD in (d.raw_headers or {}):
+        tally[f"{COPIED_IN}{queue}"] += 1
     await d.ack()
     return None
 

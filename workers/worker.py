@@ -145,7 +145,7 @@ class Worker:
 
     def _assemble(self, client: Client) -> _Parts:
         """The parts that handle deliveries, each made with what it needs."""
-        admission = Admission(client)
+        admission = Admission(client, self.stats)
         running = RunningJobs()
         pool_size = self._pool.size if self._pool else None
         tasks = [

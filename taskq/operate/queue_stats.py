@@ -14,8 +14,8 @@ from taskq.client import Client, ClientSource
 from taskq.errors import NotFound, PermissionDenied
 from taskq.flowcontrol.held import held_limit
 from taskq.operate.queue_control import FOREVER, ends
-from taskq.records.clock import format_time
-from taskq.records.heartbeats import list_workers
+from taskq.records.clock import format_time, parse_time
+from taskq.records.heartbeats import WorkerRecord, list_workers
 from taskq.records.schedules import DELAYED
 from taskq.topology.partitions import Part, parts_on_server, queues_on_server
 
@@ -172,11 +172,14 @@ async def snapshot(
     await _storage(client, first)
     if interval <= 0:
         return first
-    started = time.monotonic()
+    started, earlier = time.monotonic(), await _workers(client)
     await asyncio.sleep(interval)
     second = [await queue_stats(client, q, on_server.get(q, [])) for q in names]
     elapsed = time.monotonic() - started
-    rates = await _worker_rates(client)
+    later = await _workers(client)
+    rates = _worker_rates(later)
+    for queue, copied in _copied_between(earlier, later).items():
+        rates.setdefault(queue, {})["copied"] = copied
     for before, after in zip(first, second, strict=True):
         _rates(before, after, elapsed, rates)
     await _storage(client, second)
@@ -200,12 +203,16 @@ def _rates(
     after.settled_per_s = mine.get("settled", 0.0)
 
 
-async def _worker_rates(client: Client) -> dict[str, dict[str, float]]:
-    """Per queue, the live workers' settled and copied tasks per second, summed."""
+async def _workers(client: Client) -> list[WorkerRecord]:
+    """The live workers' records (none for a role that may not read them)."""
     try:
-        workers = await list_workers(client)
+        return await list_workers(client)
     except (NotFound, PermissionDenied):
-        return {}
+        return []
+
+
+def _worker_rates(workers: list[WorkerRecord]) -> dict[str, dict[str, float]]:
+    """Per queue, the workers' settled and copied tasks per second, summed."""
     summed: dict[str, dict[str, float]] = {}
     for worker in workers:
         for queue, figures in worker.rates.items():
@@ -213,6 +220,33 @@ async def _worker_rates(client: Client) -> dict[str, dict[str, float]]:
             for kind, rate in figures.items():
                 into[kind] = into.get(kind, 0.0) + rate
     return summed
+
+
+def _copied_between(earlier: list[WorkerRecord], later: list[WorkerRecord]) -> dict[str, float]:
+    """Per queue, the copies workers put back in it per second between two reads of their
+    records, from each worker's tallies at its two beats: about IN/s's own window, where
+    the records' 10 s rates would mix in copies from before it. A worker whose beat did not
+    move between the reads (or that is new) counts with its record's rate."""
+    before = {w.id: w for w in earlier}
+    copied: dict[str, float] = {}
+    for worker in later:
+        for queue, rate in _copy_rates(before.get(worker.id), worker).items():
+            copied[queue] = copied.get(queue, 0.0) + rate
+    return copied
+
+
+def _copy_rates(old: WorkerRecord | None, new: WorkerRecord) -> dict[str, float]:
+    span = 0.0
+    if old is not None and old.tallies and new.tallies:
+        span = (parse_time(new.heartbeat_at) - parse_time(old.heartbeat_at)).total_seconds()
+    if old is None or span <= 0:
+        return {q: figures.get("copied", 0.0) for q, figures in new.rates.items()}
+    rates: dict[str, float] = {}
+    for key, count in new.tallies.items():
+        kind, _, queue = key.partition(":")
+        if kind == "copied":
+            rates[queue] = (count - old.tallies.get(key, 0)) / span
+    return rates
 
 
 async def _storage(client: Client, stats: list[QueueStats]) -> None:

@@ -64,6 +64,9 @@ class WorkerRecord(BaseModel):
     # copies published per second
     # (`taskq queues`' DONE/s, and what its IN/s leaves out)
     rates: dict[str, dict[str, float]] = Field(default_factory=dict)
+    # the counts those rates come from, since it started (`settled:<queue>`,
+    # `copied:<queue>`): two reads of the record give a rate over their own window
+    tallies: dict[str, int] = Field(default_factory=dict)
 
     @property
     def key(self) -> str:
