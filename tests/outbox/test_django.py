@@ -43,7 +43,7 @@ def django_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 async def test_enqueue_in_and_on_commit_follow_the_django_transaction(
     app: App, django_db: str
 ) -> None:
-    from django.db import transaction
+    from django.db import connection, transaction
 
     from taskq.outbox.django import enqueue_in, enqueue_on_commit
 
@@ -62,6 +62,7 @@ async def test_enqueue_in_and_on_commit_follow_the_django_transaction(
             raise Failed
         with transaction.atomic():
             ids.append(enqueue_in(note.options(key="kept-1"), "kept-outbox").id)
+            ids.append(note.enqueue_in(connection, "via-connection").id)  # django.db's proxy
             enqueue_on_commit(note, "kept-on-commit")  # published once this commits
         with pytest.raises(ArgumentsError), transaction.atomic():
             enqueue_on_commit(note, 7)  # checked at the call, not after the commit
@@ -70,5 +71,5 @@ async def test_enqueue_in_and_on_commit_follow_the_django_transaction(
     async with running_worker(app), running_relay(app, django_db, poll=0.05) as relay:
         ids = await asyncio.to_thread(in_django)
         assert await app.handle(ids[0]).result(timeout=30) == "kept-outbox"
-        await wait_until(lambda: len(ran) == 2 and relay.stats["published"] == 1)
-    assert sorted(ran) == ["kept-on-commit", "kept-outbox"]
+        await wait_until(lambda: len(ran) == 3 and relay.stats["published"] == 2)
+    assert sorted(ran) == ["kept-on-commit", "kept-outbox", "via-connection"]
