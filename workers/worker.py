@@ -110,8 +110,10 @@ class Worker:
         """Run until `stop()`, then settle running tasks (NAKed past grace). HookError: a
         start hook failed (nothing was fetched)."""
         client = self._client = await self.app.client()
-        self._setups = await retry_transient(
-            lambda: prepare(self.app, client, self.queues), what="worker set-up"
+        self._setups = await retry_transient(  # NotFound: a stream just made, on a fresh
+            lambda: prepare(self.app, client, self.queues),  # cluster, not yet everywhere
+            what="worker set-up",
+            also=(NotFound,),
         )
         await self.app.hooks.run_start()
         if self._pool is not None:

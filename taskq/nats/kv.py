@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any, Protocol
@@ -27,7 +28,7 @@ from taskq.nats import raw
 from taskq.nats.errors import STREAM_NAME_IN_USE, Guard, reply_error
 from taskq.nats.messages import Messages
 from taskq.nats.types import KVEntry, PubAck, StoredMessage
-from taskq.retrying import patiently
+from taskq.retrying import ELECTION, patiently, retry_transient
 from taskq.topology.specs import BucketSpec
 
 Publish = Callable[[str, bytes], Awaitable[Awaitable[PubAck]]]
@@ -250,9 +251,7 @@ class KeyValue:
         (deletes and expiries included, as `deleted` entries), until the returned function
         is awaited; returns once the current values were seen. An ordered consumer:
         nothing is missed between the two."""
-        store = await self._bucket(bucket)
-        with self._guard:
-            watcher = await store.watchall()
+        watcher = await self._watch_all(bucket)
         loaded = asyncio.Event()
 
         async def pump() -> None:
@@ -273,6 +272,24 @@ class KeyValue:
                 await task
 
         return stop
+
+    async def _watch_all(self, bucket: str) -> Any:
+        """A watcher of every key of `bucket`. A bucket just made on a fresh cluster may be
+        "not found" for a moment by the node that takes the watcher's consumer: waited out
+        as an election is (bounded)."""
+
+        async def watch() -> Any:
+            store = await self._bucket(bucket)
+            with self._guard:
+                return await store.watchall()
+
+        return await retry_transient(
+            watch,
+            deadline=ELECTION,
+            what="following a bucket",
+            level=logging.DEBUG,
+            also=(NotFound,),
+        )
 
     async def span(self, bucket: str) -> tuple[int, int]:
         """The first and last sequence of the bucket's stream: its values, every revision
