@@ -23,7 +23,7 @@ from nats.js.errors import (
     NoKeysError,
 )
 
-from taskq.errors import NotFound, NotProvisioned, PermissionDenied, TaskqError
+from taskq.errors import NotFound, NotProvisioned, PermissionDenied, TaskqError, TransientError
 from taskq.nats import raw
 from taskq.nats.errors import STREAM_NAME_IN_USE, Guard, reply_error
 from taskq.nats.messages import Messages
@@ -228,17 +228,21 @@ class KeyValue:
                 return []
         return [await self._entry(e, strict=True) for e in found]
 
-    async def entries(self, bucket: str) -> list[KVEntry]:
-        """The current value of every key that has one."""
+    async def entries(self, bucket: str, deadline: float = 60.0) -> list[KVEntry]:
+        """The current value of every key that has one; TransientError when they do not all
+        arrive within `deadline` seconds (a watcher waits for its end marker forever)."""
         store = await self._bucket(bucket)
         with self._guard:
             watcher = await store.watchall(ignore_deletes=True)
         found: list[KVEntry] = []
         try:
-            async for entry in watcher:
-                if entry is None:  # the end of the current values
-                    break
-                found.append(await self._entry(entry))
+            async with asyncio.timeout(deadline):
+                async for entry in watcher:
+                    if entry is None:  # the end of the current values
+                        break
+                    found.append(await self._entry(entry))
+        except TimeoutError:
+            raise TransientError(f"reading bucket {bucket} took over {deadline:g}s") from None
         finally:
             with contextlib.suppress(Exception):
                 await watcher.stop()
