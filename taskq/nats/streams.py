@@ -10,7 +10,7 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext, api
 from nats.js.errors import BadRequestError
 
-from taskq.errors import NotFound, NotProvisioned, PermissionDenied
+from taskq.errors import NotFound, NotProvisioned, PermissionDenied, TransientError
 from taskq.nats import raw
 from taskq.nats.errors import (
     CONSUMER_EXISTS,
@@ -246,14 +246,20 @@ class Streams:
         `taskq.>`) only the streams whose subjects overlap it, which the server selects
         cheaply however many streams the account has. Read a page (256) at a time."""
         found: dict[str, tuple[str, ...]] = {}
+        offset = 0  # by what the pages held: a name seen twice must not hold the offset back
         while True:
-            reply = await self._list_page(len(found), subject)
+            reply = await self._list_page(offset, subject)
             page = reply.get("streams") or []
+            if reply.get("missing"):  # a cluster's stream that did not answer in time
+                raise TransientError(
+                    f"{len(reply['missing'])} stream(s) did not answer the listing"
+                )
             for info in page:
                 config = info.get("config") or {}
                 if config.get("name"):
                     found[config["name"]] = tuple(config.get("subjects") or ())
-            if not page or len(found) >= int(reply.get("total", 0)):
+            offset += len(page)
+            if not page or offset >= int(reply.get("total", 0)):
                 return found
 
     async def names(self, subject: str | None = None) -> list[str]:
@@ -265,7 +271,7 @@ class Streams:
             page = [name for name in reply.get("streams") or [] if isinstance(name, str)]
             found += page
             if not page or len(found) >= int(reply.get("total", 0)):
-                return found
+                return list(dict.fromkeys(found))
 
     async def _list_page(
         self, offset: int, subject: str | None, what: str = "STREAM.LIST"
