@@ -15,6 +15,7 @@ from taskq.client import Client
 from taskq.dlq.record import ErrorInfo, make_record
 from taskq.dlq.write import publish_record
 from taskq.errors import BrokerError, DecodeError, PayloadTooLarge, TaskqError, TransientError
+from taskq.flowcontrol.options import check_priority
 from taskq.ids import check_key
 from taskq.outbox.claim import Row
 from taskq.policy import DeadReason
@@ -31,11 +32,12 @@ class Relayed:
 
     published: list[int] = field(default_factory=list)
     dead: list[int] = field(default_factory=list)
+    dropped: list[int] = field(default_factory=list)  # by the enqueue middleware
     left: int = 0
 
     @property
     def done(self) -> list[int]:
-        return self.published + self.dead
+        return self.published + self.dead + self.dropped
 
 
 class Unpublishable(TaskqError):
@@ -64,12 +66,12 @@ async def relay(client: Client, app: App, rows: Sequence[Row]) -> Relayed:
         if staged:
             placed.append((row, staged[0], stream))
         else:
-            result.dead.append(row.id)  # the middleware dropped it
+            result.dropped.append(row.id)
     try:
         await publish_many(client, [e for _, e, _ in placed], [s for _, _, s in placed])
         result.published += [row.id for row, _, _ in placed]
     except TaskqError:  # which row: find out one by one
-        await _one_by_one(client, app, placed, result)
+        await _one_by_one(client, placed, result)
     return result
 
 
@@ -81,7 +83,7 @@ def _stage(staged: list[Envelope]) -> Callable[[Envelope], Awaitable[None]]:
 
 
 async def _one_by_one(
-    client: Client, app: App, placed: list[tuple[Row, Envelope, str]], result: Relayed
+    client: Client, placed: list[tuple[Row, Envelope, str]], result: Relayed
 ) -> None:
     for i, (row, envelope, _) in enumerate(placed):
         try:
@@ -120,9 +122,9 @@ async def _placed(client: Client, app: App, row: Row) -> tuple[Envelope, str]:
     if task is None:
         raise Unpublishable("unknown_task", f"no task {envelope.task[:200]!r} in this app")
     try:
+        if row.priority is not None:
+            check_priority(task.name, row.priority)
         level = task.level(row.priority)
-        if row.priority is not None and not 0 <= row.priority <= 9:
-            raise TaskqError(f"priority {row.priority} is not 0-9")
     except TaskqError as exc:
         raise Unpublishable("unpublishable", str(exc)) from None
     # placed by its key, else by its id (never round robin): a row published again meets

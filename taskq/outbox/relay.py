@@ -15,6 +15,8 @@ import contextlib
 import logging
 from collections import Counter
 
+from sqlalchemy.ext.asyncio import AsyncEngine
+
 from taskq.app import App
 from taskq.client import Client
 from taskq.dlq.stream import ensure_dlq
@@ -62,11 +64,11 @@ class Relay:
             await waker.close()
             await database.dispose()
 
-    async def _pass(self, client: Client, database: object) -> int:
+    async def _pass(self, client: Client, database: AsyncEngine) -> int:
         """One transaction: rows taken, published, deleted. The rows taken (-1: a failure,
         the relay backs off)."""
         try:
-            async with database.begin() as connection:  # type: ignore[attr-defined]
+            async with database.begin() as connection:
                 rows = await claim(connection, self.app.settings.prefix, self.batch)
                 if not rows:
                     return 0
@@ -75,6 +77,7 @@ class Relay:
                 await remove(connection, result.done)
             self.stats["published"] += len(result.published)
             self.stats["dead"] += len(result.dead)
+            self.stats["dropped"] += len(result.dropped)
             return -1 if result.left else len(rows)
         except PermissionDenied as exc:  # no pass could ever finish: stop, and say why
             raise PermissionDenied(
