@@ -17,6 +17,7 @@ from taskq.errors import (
     ProcessCrashed,
     Reject,
     Retry,
+    SparkUnavailable,
     TaskCancelled,
     Unpicklable,
 )
@@ -153,9 +154,11 @@ def _steered(policy: RetryPolicy, attempt: int, error: BaseException) -> Decisio
     if isinstance(error, Reject | ArgumentsError | Unpicklable | NonFiniteFloat):
         return Dead("permanent", str(error))
     last = attempt >= policy.attempts
-    if isinstance(error, ProcessCrashed):  # like a worker dying: retried whatever retry_for
+    if isinstance(error, ProcessCrashed | SparkUnavailable):
+        # like a worker dying (its process, its Spark cluster): retried whatever retry_for
         if last:
-            return Dead("crashed", f"{error}, on the last of {policy.attempts} attempt(s)")
+            reason: DeadReason = "crashed" if isinstance(error, ProcessCrashed) else "exhausted"
+            return Dead(reason, f"{error}, on the last of {policy.attempts} attempt(s)")
         return Nak(policy.delay(attempt))
     if isinstance(error, Retry):
         if last:

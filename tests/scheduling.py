@@ -8,29 +8,37 @@ the run alone while the other processes sit idle; put at the head of a share, it
 first, beside the other shares' heavy ones, and the short tests fill in around it.
 
 The tests on the shared local SparkSession (the `spark_session` fixture) all head the first
-share: a session is a JVM of ~15 s of CPU per test process that starts one, so they share
-one instead of starting one in each process the heavy ones were spread to.
+share, and those on the Spark Connect server (`connect_server`) the second: each is a JVM of
+~15 s of CPU per test process that starts one, so they share one instead of starting one in
+each process the heavy ones were spread to.
 """
 
 from __future__ import annotations
 
 import pytest
 
-SHARED = "spark_session"  # the session-scoped fixture whose tests stay together
+# the session-scoped fixtures whose tests stay together, each group heading its own share
+SHARED = ("spark_session", "connect_server")
 
 
 def heavy_first(items: list[pytest.Item], processes: int) -> list[pytest.Item]:
-    """`items` reordered so that the first of `processes` shares (as worksteal cuts them)
-    begins with the Spark session's tests and every other with its round-robin part of the
-    heavy tests; the rest keep their collected order."""
+    """`items` reordered so that the first shares (as worksteal cuts them) begin each with
+    one SHARED fixture's tests, and the others with their round-robin part of the heavy
+    tests; the rest keep their collected order."""
     if processes < 1:
         return items
-    together = [item for item in items if SHARED in getattr(item, "fixturenames", ())]
-    heavy = [i for i in items if i.get_closest_marker("heavy") and i not in together]
-    light = iter([i for i in items if i not in together and i not in heavy])
     heads: list[list[pytest.Item]] = [[] for _ in range(processes)]
-    heads[0] = sorted(together, key=lambda item: item.get_closest_marker("heavy") is None)
-    spread = list(range(1, processes)) or [0]
+    placed: set[int] = set()
+    for n, fixture in enumerate(SHARED):
+        group = [
+            i for i in items if fixture in getattr(i, "fixturenames", ()) and id(i) not in placed
+        ]
+        placed.update(id(i) for i in group)
+        heavy_first_group = sorted(group, key=lambda item: item.get_closest_marker("heavy") is None)
+        heads[n % processes] += heavy_first_group
+    heavy = [i for i in items if i.get_closest_marker("heavy") and id(i) not in placed]
+    light = iter([i for i in items if id(i) not in placed and i not in heavy])
+    spread = list(range(len(SHARED), processes)) or [0]
     for n, item in enumerate(heavy):
         heads[spread[n % len(spread)]].append(item)
     ordered: list[pytest.Item] = []

@@ -36,7 +36,8 @@ class RunningJobs:
 
     def cancel(self, key: str) -> None:
         """Stop the running attempt of the task with result key `key`, if any: interrupt
-        it where that is possible (async, process pool), else flag it (threads, Spark)."""
+        it where that is possible (async, process pool, Spark: its jobs are cancelled by
+        tag), else flag it (threads)."""
         job = self.jobs.get(key)
         if job is None:
             return
@@ -44,7 +45,7 @@ class RunningJobs:
         if job.context is not None:
             job.context.cancelled = True
         interruptible = job.task is not None and (
-            job.task.is_async or job.task.executor == "process"
+            job.task.is_async or job.task.executor in ("process", "spark")
         )
         if interruptible and job.running is not None:
             job.running.cancel()

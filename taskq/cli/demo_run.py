@@ -30,10 +30,13 @@ SPARK_ITEMS = 1000
 ORDER = "A-1002"  # the demo workflow's order
 
 
-def build_app(url: str, prefix: str = "demo", spark: bool = False) -> App:
+def build_app(
+    url: str, prefix: str = "demo", spark: bool = False, spark_master: str = "local[2]"
+) -> App:
     """The demo's tasks: one async, one sync, one flaky, one doomed, one no-op; a durable
-    workflow and its two steps; and with `spark`, a Spark job task and a Spark batch task."""
-    app = App(url=url, prefix=prefix, spark_master="local[2]")
+    workflow and its two steps; and with `spark`, a Spark job task and a Spark batch task
+    (on `spark_master`: a local session or a Spark Connect URL)."""
+    app = App(url=url, prefix=prefix, spark_master=spark_master)
     if spark:
         _spark_tasks(app)
     _workflow(app)
@@ -92,31 +95,34 @@ def _workflow(app: App) -> None:
         return str(await wf.run(ship, order, box))
 
 
-def spark_problem() -> str | None:
-    """Why Spark cannot run here (no pyspark, no Java 17+), or None."""
+def spark_problem(master: str = "local[2]") -> str | None:
+    """Why Spark cannot run here on `master` (no pyspark, no Java 17+, no Connect client),
+    or None."""
     from taskq.settings import Settings
     from taskq.workers.spark.session import SparkRuntime
 
     try:
-        SparkRuntime(Settings()).check()
+        SparkRuntime(Settings(spark_master=master)).check()
     except TaskqError as exc:
         return str(exc)
     return None
 
 
-def run_demo(burst: int, spark: bool = True, dashboard: int | None = None) -> int:
+def run_demo(
+    burst: int, spark: bool = True, dashboard: int | None = None, spark_master: str = "local[2]"
+) -> int:
     """Run the demo; returns the process exit code. With `dashboard` (a port), the system
     keeps running afterwards, served by `taskq dashboard` on that port, until Ctrl-C."""
     logging.getLogger("taskq").setLevel(logging.CRITICAL)
     logging.getLogger("py4j").setLevel(logging.CRITICAL)
-    problem = spark_problem() if spark else "--no-spark"
+    problem = spark_problem(spark_master) if spark else "--no-spark"
     store = tempfile.mkdtemp(prefix="taskq-demo-")
     click.echo("taskq demo: starting an embedded nats-server ...")
     with EmbeddedServer(store_dir=store) as server:
         click.echo(f"  server   {server.url} (store {store})")
         if problem is not None:
             click.echo(f"  spark    skipped: {problem}")
-        app = build_app(server.url, spark=problem is None)
+        app = build_app(server.url, spark=problem is None, spark_master=spark_master)
         try:
             return asyncio.run(_demo(app, burst, dashboard))
         except TaskqError as exc:
@@ -227,9 +233,13 @@ async def _first_tasks(app: App, worker: Any) -> bool:
 
 async def _spark_stage(app: App, worker: Any) -> str | bool:
     """Run the Spark tasks; the summary line, or False if they did not settle in time."""
+    from taskq.workers.spark.connect import shown
+
+    master = app.settings.spark_master
+    local = master.startswith("local")
+    where = "a local SparkSession" if local else f"Spark Connect {shown(master)}"
     click.echo(
-        f"  spark    starting a local SparkSession; sum_of_range(1,000,000) and "
-        f"{SPARK_ITEMS:,} word_score items ..."
+        f"  spark    on {where}: sum_of_range(1,000,000) and {SPARK_ITEMS:,} word_score items ..."
     )
     before = worker.stats["succeeded"]
     started = time.perf_counter()

@@ -1,5 +1,6 @@
 """Spark fixtures: ONE local SparkSession per test session (start-up costs ~10 s), shared by
-every worker the tests start through an attached `SparkRuntime` that never stops it."""
+every worker the tests start through an attached `SparkRuntime` that never stops it; ONE
+Spark Connect server, each test's worker with a Connect session of its own on it."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from taskq.policy import Outcome
 from taskq.settings import Settings
 from taskq.workers import Worker
 from taskq.workers.spark.session import SparkRuntime
+from tests.spark.connect_server import ConnectServer
 from tests.system_packages import Prerequisite, ensure
 
 STARTED: dict[str, float] = {}
@@ -77,3 +79,29 @@ def spy_outcomes(worker: Worker) -> list[tuple[str, Outcome | None]]:
 
 def active_jobs(session: Any) -> list[int]:
     return list(session.sparkContext.statusTracker().getActiveJobsIds())
+
+
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
+    """ONE Spark Connect server per test process that uses it (a JVM: ~15 s of CPU), started
+    from PySpark's `sbin/`; a test that kills it starts it again before it ends."""
+    JAVA.require()
+    with ConnectServer(tmp_path_factory.mktemp("connect")) as server:
+        yield server
+
+
+@pytest.fixture
+def connect_url(connect_server: ConnectServer) -> str:
+    """The Connect server's `sc://` URL, the server up (an earlier test may have killed it)."""
+    if connect_server.process is None:
+        connect_server.start()
+    return connect_server.url
+
+
+@pytest.fixture
+async def connect(connect_url: str) -> AsyncIterator[SparkRuntime]:
+    """A worker's runtime on the Connect server, as `TASKQ_SPARK_MASTER=sc://...` makes it:
+    its own session, stopped (released on the server) when the test ends."""
+    runtime = SparkRuntime(Settings(spark_master=connect_url))
+    yield runtime
+    await runtime.stop()

@@ -15,10 +15,11 @@ import pytest
 
 from taskq import App
 from taskq.dlq.browse import list_dead
-from taskq.errors import TaskFailed
+from taskq.errors import TaskCancelled, TaskFailed
 from taskq.policy import Failure, Success
+from taskq.workers.spark.jobs import collect_frames, collect_rdd, decode_outcomes
 from taskq.workers.spark.session import SparkRuntime
-from tests.conftest import running_worker, wait_until
+from tests.conftest import HANG, run_cli, running_worker, wait_until
 from tests.spark.conftest import active_jobs, spy_outcomes
 
 pytestmark = pytest.mark.spark
@@ -183,3 +184,49 @@ async def test_shutdown_mid_batch_loses_nothing(
     broker = (await app.client()).connection
     assert (await broker.streams.state(app.names.queue_stream("default"))).messages == 0
     assert await list_dead(app) == []
+
+
+async def test_the_dataframe_path_runs_on_a_classic_session_too(spark_session: Any) -> None:
+    """Batches over Spark Connect go through mapInArrow; the same path on a classic
+    session gives the same per-item outcomes as the RDD path that runs there."""
+
+    def half(i: int) -> float:
+        if i == 3:
+            raise ValueError("three")
+        return i / 2
+
+    calls = [((i,), {}) for i in range(7)]
+    for collect in (collect_frames, collect_rdd):
+        rows = await asyncio.to_thread(collect, spark_session, half, calls, lambda: 2)
+        outcomes = decode_outcomes(rows, len(calls))
+        assert [o.value for o in outcomes if isinstance(o, Success)] == [0, 0.5, 1, 2, 2.5, 3]
+        failed = outcomes[3]
+        assert isinstance(failed, Failure) and isinstance(failed.error, ValueError)
+        assert "three" in failed.traceback and "in half" in failed.traceback
+
+
+async def test_cancel_stops_a_running_spark_job(
+    app: App, spark: SparkRuntime, spark_session: Any, nats_url: str, prefix: str, tmp_path: Path
+) -> None:
+    returned: list[float] = []
+
+    @app.task(executor="spark", max_retries=0)
+    def stuck(session: Any) -> None:
+        def wait(x: int) -> int:
+            (tmp_path / f"running-{x}").touch()
+            time.sleep(120)
+            return x
+
+        try:
+            session.sparkContext.parallelize(range(2), 2).map(wait).count()
+        finally:
+            returned.append(time.monotonic())
+
+    async with running_worker(app, spark=spark):
+        handle = await stuck.enqueue()
+        await wait_until(lambda: any(tmp_path.glob("running-*")), timeout=HANG)
+        done = run_cli(nats_url, prefix, "cancel", handle.id)
+        assert done.returncode == 0, done.stderr
+        with pytest.raises(TaskCancelled):
+            await handle.result(timeout=HANG)
+        await wait_until(lambda: returned and not active_jobs(spark_session), timeout=HANG)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 
@@ -83,15 +84,32 @@ def test_batch_task_declarations_are_checked() -> None:
         app.task(executor="process", name="x_process")(lambda x: x)
 
 
-async def test_batch_tasks_are_refused_on_spark_connect() -> None:
-    app = App(prefix="p", spark_master="sc://127.0.0.1:15002")
+async def test_batch_tasks_start_on_spark_connect_with_only_the_users_conf() -> None:
+    app = App(prefix="p", spark_master="sc://127.0.0.1:15002", spark_conf={"spark.a": "1"})
 
     @app.batch_task()
     def item(x: int) -> int:
         return x
 
-    with pytest.raises(ConfigError, match="Spark Connect"):
-        Worker(app)
+    assert Worker(app) is not None  # no session yet: made on the first Spark task
+    assert session_conf(app.settings) == {"spark.a": "1"}  # the server owns the cluster's
+
+
+def test_a_connect_token_never_reaches_the_logs(caplog: pytest.LogCaptureFixture) -> None:
+    master = "sc://spark.example:443/;use_ssl=true;token=dapiSECRET;x-cluster-id=7"
+    runtime = SparkRuntime(Settings(spark_master=master))
+    assert runtime.shown == "sc://spark.example:443/;use_ssl=true;token=***;x-cluster-id=7"
+
+    class Closed:  # what a Connect session is after its server restarted
+        is_stopped = True
+
+        def stop(self) -> None: ...
+
+    runtime._session = Closed()
+    with caplog.at_level(logging.WARNING, logger="taskq.worker"):
+        assert runtime.lost(RuntimeError("NO_ACTIVE_SESSION"))
+    assert runtime._session is None  # dropped: the next task makes a new one
+    assert "token=***" in caplog.text and "dapiSECRET" not in caplog.text
 
 
 def test_spark_conf_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,6 +15,7 @@ from taskq.errors import SparkUnavailable
 from taskq.settings import Settings
 
 INSTALL_FIX = "install it with: pip install 'taskq[spark]'"
+CONNECT_FIX = "install the Connect client with: pip install 'taskq[spark-connect]'"
 JAVA_FIX = "install Java 17+ (e.g. apt-get install openjdk-17-jre-headless) or set JAVA_HOME"
 # Local mode starts in ~10 s instead of ~23 s with these (measured, docs/spark.md).
 FAST_START = {
@@ -37,7 +38,10 @@ ALLOCATION = "spark.scheduler.allocation.file"
 
 def session_conf(settings: Settings) -> dict[str, str]:
     """The Spark conf for `settings`: fast-start defaults for local mode, then taskq's own,
-    then the user's `spark_conf` (which wins)."""
+    then the user's `spark_conf` (which wins). Over Spark Connect the server owns the
+    cluster's conf: a session gets only the user's (SQL) settings."""
+    if settings.spark_master.startswith("sc://"):
+        return dict(settings.spark_conf)
     conf: dict[str, str] = {}
     if settings.spark_master.startswith("local"):
         conf.update(FAST_START)

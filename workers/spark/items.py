@@ -2,7 +2,8 @@
 reporting each item's own outcome so that one bad item never fails the others.
 
 This module is shipped to the executors by value (cloudpickle), so executors need neither
-taskq nor its dependencies installed: it imports only the standard library and pyspark.
+taskq nor its dependencies installed: it imports only the standard library, pyspark and
+(over the DataFrame API) pyarrow, which Spark's SQL workers have.
 Every value crossing back is pre-pickled per item, so an unpicklable result or error fails
 that item alone instead of the whole partition (docs/spark.md: catch per item, inside the
 partition function).
@@ -26,6 +27,28 @@ def run_partition(fn: Callable[..., Any], rows: Iterable[Row]) -> Iterator[Repor
             yield index, True, _dumps(fn(*args, **kwargs))
         except Exception as exc:
             yield index, False, _error(exc, traceback.format_exc())
+
+
+def run_batches(fn: Callable[..., Any], batches: Iterable[Any]) -> Iterator[Any]:
+    """`mapInArrow`'s function for a batch over the DataFrame API (Spark Connect): Arrow
+    record batches of (index, pickled call) in, of (index, ok, payload) out, where a
+    failure's payload is its report pickled (plain values only)."""
+    import pickle
+
+    import pyarrow as pa
+
+    for batch in batches:
+        calls = zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True)
+        rows = ((index, *pickle.loads(call)) for index, call in calls)
+        reported = list(run_partition(fn, rows))
+        yield pa.RecordBatch.from_arrays(
+            [
+                pa.array([index for index, _, _ in reported], pa.int64()),
+                pa.array([ok for _, ok, _ in reported], pa.bool_()),
+                pa.array([p if ok else pickle.dumps(p) for _, ok, p in reported], pa.binary()),
+            ],
+            names=["index", "ok", "payload"],
+        )
 
 
 def _error(exc: Exception, trace: str) -> tuple[bytes | None, str, str, str]:

@@ -4,7 +4,8 @@ run as one distributed job per batch, each item with its own outcome.
 A job task's function gets the SparkSession first and runs on the driver side in a thread;
 every Spark job it submits is tagged with the task id, so a timeout, a cancellation or the
 worker's shutdown cancels them (docs/spark.md). A batch task's items are gathered by a
-`Batcher` and run with `mapPartitions` over `workers/spark/items.py`'s `run_partition`.
+`Batcher` and run as one job over `workers/spark/items.py`: with `mapPartitions` on a
+classic session, with `mapInArrow` over Spark Connect, which has no RDD API.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from taskq.errors import ConfigError, RemoteItemError, TaskTimeout
+from taskq.errors import RemoteItemError, SparkUnavailable, TaskTimeout
 from taskq.policy import Failure, Outcome, Success
 from taskq.settings import Settings
 from taskq.task import Task
+from taskq.workers.spark import connect
 from taskq.workers.spark import items as spark_items
 from taskq.workers.spark.batcher import Batcher, Call
 from taskq.workers.spark.session import SparkRuntime
@@ -42,12 +44,6 @@ class SparkExecutor:
         self.runtime.pools.update(pool_of(t) for t in spark_tasks)
         if spark_tasks:  # fail at start, with the fix, rather than on every attempt
             self.runtime.check()
-            batch = [t.name for t in spark_tasks if t.batch is not None]
-            if batch and self.runtime.is_connect:
-                raise ConfigError(
-                    f"batch tasks {batch} need Spark's RDD API, which Spark Connect (sc://) "
-                    "lacks: run them on local[*], spark://, yarn or k8s://"
-                )
 
     async def run(
         self,
@@ -89,8 +85,20 @@ class SparkExecutor:
         except TaskTimeout as exc:
             return Failure(exc)
         except Exception as exc:
-            return Failure(exc, traceback.format_exc())
+            return Failure(self._unavailable(exc), traceback.format_exc())
         return Success(value)
+
+    def _unavailable(self, exc: Exception) -> Exception:
+        """`exc`, or SparkUnavailable when it ended the Connect session: the cluster failed,
+        not the task, so it is retried whatever the task's `retry_for`."""
+        if not self.runtime.lost(exc):
+            return exc
+        lost = SparkUnavailable(
+            f"Spark Connect at {self.runtime.shown} went away ({type(exc).__name__})",
+            "the attempt is retried on a new session",
+        )
+        lost.__cause__ = exc
+        return lost
 
     # -- batch tasks -------------------------------------------------------------------------
     def _batcher(self, task: Task[Any, Any]) -> Batcher:
@@ -104,19 +112,38 @@ class SparkExecutor:
     async def _run_batch(self, task: Task[Any, Any], calls: list[Call], tag: str) -> list[Outcome]:
         session = await self.runtime.session()
         self.runtime.ship(task.fn)
-        collect = functools.partial(_collect, session, task.fn, calls)
-        call = functools.partial(self.runtime.run_tagged, tag, pool_of(task), collect)
-        rows = await self.runtime.supervise(call, tag, task.name, task.timeout)
+        collect = collect_frames if self.runtime.frames else collect_rdd
+        run = functools.partial(collect, session, task.fn, calls, self.runtime.parallelism)
+        call = functools.partial(self.runtime.run_tagged, tag, pool_of(task), run)
+        try:
+            rows = await self.runtime.supervise(call, tag, task.name, task.timeout)
+        except (TaskTimeout, asyncio.CancelledError):
+            raise
+        except Exception as exc:  # every item of the batch gets it
+            error = self._unavailable(exc)
+            if error is exc:
+                raise
+            raise error from exc
         return decode_outcomes(rows, len(calls))
 
 
-def _collect(session: Any, fn: Callable[..., Any], calls: list[Call]) -> list[Any]:
-    """One Spark job over the batch: a partition per core, an outcome per item."""
-    sc = session.sparkContext
+def collect_rdd(
+    session: Any, fn: Callable[..., Any], calls: list[Call], slices: Callable[[], int]
+) -> list[Any]:
+    """One Spark job over the batch with the RDD API (a classic session: the fastest path):
+    a partition per core, an outcome per item."""
     rows = [(index, args, kwargs) for index, (args, kwargs) in enumerate(calls)]
-    slices = max(1, min(len(rows), sc.defaultParallelism))
     partition = functools.partial(spark_items.run_partition, fn)
-    return list(sc.parallelize(rows, slices).mapPartitions(partition).collect())
+    parts = max(1, min(len(rows), slices()))
+    return list(session.sparkContext.parallelize(rows, parts).mapPartitions(partition).collect())
+
+
+def collect_frames(
+    session: Any, fn: Callable[..., Any], calls: list[Call], slices: Callable[[], int]
+) -> list[Any]:
+    """One Spark job over the batch with the DataFrame API (`mapInArrow`): what Spark
+    Connect offers, and what a classic session runs too."""
+    return connect.collect_frames(session, fn, calls, slices())
 
 
 def decode_outcomes(rows: list[Any], count: int) -> list[Outcome]:

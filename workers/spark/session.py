@@ -27,8 +27,10 @@ from typing import Any, TypeVar
 
 from taskq.errors import SparkUnavailable, TaskTimeout
 from taskq.settings import Settings
+from taskq.workers.spark import connect
 from taskq.workers.spark.conf import (
     ALLOCATION,
+    CONNECT_FIX,
     INSTALL_FIX,
     JAVA_FIX,
     check_java,
@@ -63,6 +65,11 @@ class SparkRuntime:
         self.shipper = Shipper()  # code the executors get by value
         self.pools: set[str] = set()  # FAIR pools to declare when the session starts
         self._pools_file: str | None = None
+        self._parallelism: int | None = None  # of the current session, learned on first use
+        # batches through the DataFrame API (mapInArrow): over Connect, which has no RDD API
+        # (a classic session keeps the faster RDD path; the benchmark sets it to compare)
+        self.frames = self.is_connect
+        self._marked = False  # this runtime's session set PySpark's Connect mark
 
     @classmethod
     def attach(cls, session: Any, settings: Settings | None = None) -> SparkRuntime:
@@ -83,16 +90,22 @@ class SparkRuntime:
         if self._session is not None:
             return
         try:
-            import pyspark  # noqa: F401
+            import pyspark
         except ImportError:
             raise SparkUnavailable("Spark tasks need pyspark", INSTALL_FIX) from None
-        if not self.is_connect:  # a Connect client talks gRPC and needs no local JVM
+        if self.is_connect:  # a Connect client talks gRPC and needs no local JVM
+            try:
+                import pyspark.sql.connect.session  # noqa: F401  (grpc, pandas, pyarrow)
+            except ImportError as exc:
+                raise SparkUnavailable(f"Spark Connect needs {exc.name}", CONNECT_FIX) from None
+        else:
             check_java()
 
     # -- the session ------------------------------------------------------------------------
     async def session(self) -> Any:
-        """The SparkSession, started on first use in a thread (it takes seconds)."""
-        if self._session is not None:
+        """The SparkSession, started on first use in a thread (it takes seconds); over
+        Connect, a new one when the server closed the last (it restarted)."""
+        if self._session is not None and not getattr(self._session, "is_stopped", False):
             return self._session
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._threads, self.start)
@@ -100,25 +113,66 @@ class SparkRuntime:
     def start(self) -> Any:
         """The SparkSession, started now if it is not yet (blocks for seconds)."""
         with self._lock:
-            if self._session is None:
+            if self._session is None or getattr(self._session, "is_stopped", False):
                 self.check()
                 began = time.monotonic()
-                self._session = self._build()
+                self._session, self._parallelism = self._build(), None
                 self.started_in = time.monotonic() - began
-                log.info("spark session on %s started in %.1fs", self.master, self.started_in)
+                log.info(
+                    "spark session on %s started in %.1fs",
+                    self.shown,
+                    self.started_in,
+                )
             return self._session
 
+    def parallelism(self) -> int:
+        """Partitions a batch is split into: the session's default parallelism (blocks)."""
+        session = self._session
+        if self._parallelism is None:
+            if self.is_connect:
+                self._parallelism = connect.parallelism(session)
+            else:
+                self._parallelism = int(session.sparkContext.defaultParallelism)
+        return self._parallelism
+
+    def lost(self, exc: BaseException) -> bool:
+        """Whether `exc` ended this Connect session (the server went away or restarted);
+        if so the session is dropped, and the next use makes a new one."""
+        session = self._session
+        if session is None or not self.is_connect or not connect.is_lost(session, exc):
+            return False
+        with self._lock:
+            if self._session is session:
+                self._session = None
+        log.warning("spark connect session on %s lost: %s", self.shown, _first_line(exc))
+        # released in the background: a dead channel's close can block
+        threading.Thread(target=_stop_quietly, args=(session,), daemon=True).start()
+        return True
+
+    @property
+    def shown(self) -> str:
+        """The master, fit for logs (a Connect token hidden)."""
+        return connect.shown(self.master)
+
     def _build(self) -> Any:
+        if self.is_connect:
+            self._marked = connect.MODE not in os.environ
+            try:
+                return connect.build(self.master, dict(self.conf))
+            except Exception as exc:
+                raise SparkUnavailable(
+                    f"Spark Connect session on {self.shown} failed ({_first_line(exc)})",
+                    "check TASKQ_SPARK_MASTER and that the Connect server runs",
+                ) from exc
         from pyspark.sql import SparkSession
 
         # Executors run the system python otherwise, without taskq's dependencies.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         if self.master.startswith("local"):  # no guessing at a network address to bind
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        builder = SparkSession.builder.appName("taskq-worker")
-        builder = builder.remote(self.master) if self.is_connect else builder.master(self.master)
+        builder = SparkSession.builder.appName("taskq-worker").master(self.master)
         conf = dict(self.conf)
-        if self.pools and not self.is_connect and ALLOCATION not in conf:
+        if self.pools and ALLOCATION not in conf:
             self._pools_file = conf[ALLOCATION] = write_pools(self.pools)
         for key, value in conf.items():
             builder = builder.config(key, value)
@@ -141,6 +195,9 @@ class SparkRuntime:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.to_thread(session.stop), STOP_WAIT)
         self._threads.shutdown(wait=False, cancel_futures=True)
+        if self._marked:  # PySpark marked the process as Connect's: a classic session may follow
+            os.environ.pop(connect.MODE, None)
+            self._marked = False
         if self._pools_file is not None:
             with contextlib.suppress(OSError):
                 os.unlink(self._pools_file)
@@ -214,6 +271,11 @@ class SparkRuntime:
             future.exception()  # retrieved: the caller reports the timeout, not this error
         if not future.done():
             log.warning("spark call tagged %s still running after its jobs were cancelled", tag)
+
+
+def _stop_quietly(session: Any) -> None:
+    with contextlib.suppress(Exception):
+        session.stop()
 
 
 def _first_line(exc: BaseException) -> str:

@@ -1,0 +1,114 @@
+"""A real Spark Connect server for the tests, started from PySpark's own distribution
+(`sbin/start-connect-server.sh --wait`, in the foreground so the test owns its PID) on a free
+loopback port, with `local[2]` behind it; killed for real (SIGKILL to the process group the
+test started) and started again on the same port."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+
+import pyspark
+
+from tests.postgres import free_port
+
+HOME = Path(pyspark.__file__).parent  # the pip package is a Spark distribution
+START_WITHIN = 120.0  # seconds: a JVM on a loaded 2-core machine, then the gRPC service
+CONF = {
+    "spark.connect.grpc.binding.address": "127.0.0.1",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.sql.shuffle.partitions": "4",
+    # what taskq sets on a session it starts itself; a Connect server is configured by
+    # whoever runs it (docs/spark.md)
+    "spark.scheduler.mode": "FAIR",
+    "spark.python.task.killTimeout": "200ms",
+}
+
+
+class ConnectServer:
+    """`with ConnectServer(tmp) as server:` a server at `server.url` until the block ends."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.port = free_port()
+        self.url = f"sc://127.0.0.1:{self.port}"
+        self.process: subprocess.Popen[bytes] | None = None
+        self.started: list[float] = []  # seconds each start took
+
+    def start(self) -> None:
+        """Start the server and wait until its gRPC port answers."""
+        conf = {**CONF, "spark.connect.grpc.binding.port": str(self.port)}
+        argv = [str(HOME / "sbin" / "start-connect-server.sh"), "--wait", "--master", "local[2]"]
+        argv += ["--driver-java-options", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"]
+        for key, value in conf.items():
+            argv += ["--conf", f"{key}={value}"]
+        log = open(self.folder / f"connect-{len(self.started)}.log", "wb")  # noqa: SIM115
+        began = time.monotonic()
+        self.process = subprocess.Popen(
+            argv,
+            env=self._env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: the JVM dies with it
+        )
+        log.close()
+        self._wait_listening(began + START_WITHIN)
+        self.started.append(time.monotonic() - began)
+
+    def kill(self) -> None:
+        """SIGKILL the server (its whole process group) and reap it."""
+        process, self.process = self.process, None
+        if process is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            SPARK_HOME=str(HOME),
+            PYSPARK_PYTHON=sys.executable,  # the server's Python workers import taskq
+            SPARK_LOCAL_IP="127.0.0.1",
+            SPARK_LOG_DIR=str(self.folder),
+            SPARK_PID_DIR=str(self.folder),
+            SPARK_CONF_DIR=str(self.folder),  # none of the machine's spark-defaults
+        )
+        return env
+
+    def _wait_listening(self, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the Connect server exited: {self.log_tail()}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.2)
+        self.kill()
+        raise RuntimeError(f"the Connect server did not listen in {START_WITHIN}s")
+
+    def log_tail(self) -> str:
+        logs = sorted(self.folder.glob("connect-*.log"))
+        return logs[-1].read_text(errors="replace")[-2000:] if logs else ""
+
+    def __enter__(self) -> ConnectServer:
+        self.start()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.kill()
