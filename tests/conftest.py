@@ -35,10 +35,10 @@ HANG = 60.0
 T = TypeVar("T")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist names the groups in the test ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The heavy tests first, one share per test process (tests/scheduling.py)."""
-    processes = config.getoption("numprocesses", None)
-    items[:] = heavy_first(items, processes if isinstance(processes, int) else 0)
+    """The tests sharing a JVM grouped, then the heavy tests first (tests/scheduling.py)."""
+    items[:] = heavy_first(items)
 
 
 def cli_argv(url: str, prefix: str, *args: str) -> list[str]:

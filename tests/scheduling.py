@@ -1,50 +1,37 @@
-"""The order the suite's tests are handed out in: the heavy ones first, one share each.
+"""The order the suite's tests are handed out in, and which ones stay in one process.
 
-pytest-xdist's `worksteal` gives each of the N test processes a contiguous share of the
-collected tests and lets an idle one steal the second half of the busiest one's queue. A
-test marked `heavy` (one that runs for ten seconds or more under the suite's load: a Spark
-job, a cluster, a guide run as written) left where it was collected may start last and end
-the run alone while the other processes sit idle; put at the head of a share, it runs
-first, beside the other shares' heavy ones, and the short tests fill in around it.
+The suite runs with pytest-xdist's `loadgroup`: a test is handed to a test process when one
+is free, and the tests marked with one `xdist_group` all go to the same process, as one unit.
+The tests on the shared local SparkSession (the `spark_session` fixture) form one group and
+those on the Spark Connect server (`connect_server`) another: each fixture is a JVM of ~15 s
+of CPU per test process that starts one (35 to 50 s under the suite's load), so they share one.
+(With `worksteal` they stayed together only while no idle process stole them: under load
+four processes started a SparkSession and two a Connect server.)
 
-The tests on the shared local SparkSession (the `spark_session` fixture) all head the first
-share, and those on the Spark Connect server (`connect_server`) the second: each is a JVM of
-~15 s of CPU per test process that starts one, so they share one instead of starting one in
-each process the heavy ones were spread to.
+Units are handed out largest first (xdist's `--loadscope-reorder`), so the two groups start
+at once; then the tests marked `heavy` (ten seconds or more under the suite's load: a
+cluster, a guide run as written), so that none starts last and ends the run alone while the
+other processes sit idle; then the rest in their collected order.
 """
 
 from __future__ import annotations
 
 import pytest
 
-# the session-scoped fixtures whose tests stay together, each group heading its own share
+# the session-scoped fixtures whose tests stay together, one xdist group each
 SHARED = ("spark_session", "connect_server")
 
 
-def heavy_first(items: list[pytest.Item], processes: int) -> list[pytest.Item]:
-    """`items` reordered so that the first shares (as worksteal cuts them) begin each with
-    one SHARED fixture's tests, and the others with their round-robin part of the heavy
-    tests; the rest keep their collected order."""
-    if processes < 1:
-        return items
-    heads: list[list[pytest.Item]] = [[] for _ in range(processes)]
-    placed: set[int] = set()
-    for n, fixture in enumerate(SHARED):
-        group = [
-            i for i in items if fixture in getattr(i, "fixturenames", ()) and id(i) not in placed
-        ]
-        placed.update(id(i) for i in group)
-        heavy_first_group = sorted(group, key=lambda item: item.get_closest_marker("heavy") is None)
-        heads[n % processes] += heavy_first_group
-    heavy = [i for i in items if i.get_closest_marker("heavy") and id(i) not in placed]
-    light = iter([i for i in items if id(i) not in placed and i not in heavy])
-    spread = list(range(len(SHARED), processes)) or [0]
-    for n, item in enumerate(heavy):
-        heads[spread[n % len(spread)]].append(item)
-    ordered: list[pytest.Item] = []
-    remaining = len(items)
-    for share, head in enumerate(heads):
-        size = remaining // (processes - share)  # how worksteal sizes each share
-        remaining -= size
-        ordered += head + [next(light) for _ in range(max(0, size - len(head)))]
-    return ordered + list(light)
+def heavy_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """`items` grouped and reordered: each SHARED fixture's tests marked as its group (heavy
+    ones first within it), then the heavy tests, then the rest in collected order."""
+    grouped: list[pytest.Item] = []
+    for fixture in SHARED:
+        group = [i for i in items if fixture in getattr(i, "fixturenames", ())]
+        group = [i for i in group if i not in grouped]
+        for item in group:
+            item.add_marker(pytest.mark.xdist_group(fixture))
+        grouped += sorted(group, key=lambda item: item.get_closest_marker("heavy") is None)
+    rest = [i for i in items if i not in grouped]
+    heavy = [i for i in rest if i.get_closest_marker("heavy")]
+    return grouped + heavy + [i for i in rest if not i.get_closest_marker("heavy")]

@@ -135,6 +135,7 @@ async def test_cancel_and_timeout_interrupt_the_connect_job(
     assert worker.stats["dead:exhausted"] == 1
 
 
+@pytest.mark.heavy
 async def test_connect_server_killed_mid_job(
     app: App, connect: SparkRuntime, connect_server: ConnectServer, tmp_path: Path
 ) -> None:
@@ -154,7 +155,8 @@ async def test_connect_server_killed_mid_job(
         handle = await slow_sum.enqueue()
         await wait_until(lambda: any(tmp_path.glob("running-*")), timeout=HANG)
         connect_server.kill()
-        await wait_until(lambda: outcomes, timeout=HANG)  # the attempt failed
+        # started again at once: the running attempt fails whether the server is still down
+        # when its client gives up (UNAVAILABLE) or back (its session unknown there)
         await asyncio.to_thread(connect_server.start)
         assert await handle.result(timeout=HANG) == 45
     failures = [o for _, o in outcomes if isinstance(o, Failure)]
