@@ -26,7 +26,7 @@ from taskq.server import EmbeddedServer
 from taskq.workers import Worker
 from tests.cli_runner import run_in_process
 from tests.cluster import DEPLOY, Cluster, shipped_on_loopback
-from tests.scheduling import heavy_first
+from tests.scheduling import heavy_first, scheduler
 
 ROOT = Path(__file__).resolve().parent.parent
 # seconds after which a call that must return (an answer, a refusal) is taken to hang: a
@@ -35,10 +35,14 @@ HANG = 60.0
 T = TypeVar("T")
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist names the groups in the test ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The tests sharing a JVM grouped, then the heavy tests first (tests/scheduling.py)."""
+    """The heavy tests first (tests/scheduling.py)."""
     items[:] = heavy_first(items)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Tests sharing a JVM run in one process (tests/scheduling.py)."""
+    return scheduler(config, log)
 
 
 def cli_argv(url: str, prefix: str, *args: str) -> list[str]:

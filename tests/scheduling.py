@@ -1,37 +1,59 @@
 """The order the suite's tests are handed out in, and which ones stay in one process.
 
-The suite runs with pytest-xdist's `loadgroup`: a test is handed to a test process when one
-is free, and the tests marked with one `xdist_group` all go to the same process, as one unit.
-The tests on the shared local SparkSession (the `spark_session` fixture) form one group and
-those on the Spark Connect server (`connect_server`) another: each fixture is a JVM of ~15 s
-of CPU per test process that starts one (35 to 50 s under the suite's load), so they share one.
-(With `worksteal` they stayed together only while no idle process stole them: under load
-four processes started a SparkSession and two a Connect server.)
+Tests are handed to a test process when it is free (xdist's load scheduling, by scope): each
+test is its own unit, except the tests on one shared JVM, which form one unit run by one
+process. The local SparkSession (the `spark_session` fixture) and the Spark Connect server
+(`connect_server`) each cost ~15 s of CPU (35 to 50 s under the suite's load) in every test
+process that starts one. (Under `worksteal` idle processes stole them from the process
+holding the JVM: a fresh-clone run started four SparkSessions and two Connect servers; and
+xdist's own `loadgroup` names groups through a pytest internal that pytest 9.2 no longer
+reads, so it grouped nothing.) The units go out largest first, so the two groups start at
+once, then the tests marked `heavy` (ten seconds or more under load: a cluster, a guide run
+as written), so that none starts last and ends the run alone, then the rest in their
+collected order.
 
-Units are handed out largest first (xdist's `--loadscope-reorder`), so the two groups start
-at once; then the tests marked `heavy` (ten seconds or more under the suite's load: a
-cluster, a guide run as written), so that none starts last and ends the run alone while the
-other processes sit idle; then the rest in their collected order.
+The controller sees only test ids, so a group is named by the modules whose tests share its
+fixture; collection checks that every test using the fixture lives in one of them.
 """
 
 from __future__ import annotations
 
-import pytest
+from typing import Any
 
-# the session-scoped fixtures whose tests stay together, one xdist group each
-SHARED = ("spark_session", "connect_server")
+import pytest
+from xdist.scheduler import LoadScopeScheduling
+
+# the session-scoped fixtures whose tests stay together, and the modules that hold them
+SHARED = {
+    "spark_session": ("tests/spark/test_spark.py", "tests/spark/test_pipeline.py"),
+    "connect_server": ("tests/spark/test_connect.py",),
+}
+GROUP_OF = {module: fixture for fixture, modules in SHARED.items() for module in modules}
+
+
+class SharedJvmScheduling(LoadScopeScheduling):
+    """Load scheduling where each SHARED fixture's modules are one unit, every other test
+    one unit of its own."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return GROUP_OF.get(nodeid.split("::", 1)[0], nodeid)
+
+
+def scheduler(config: pytest.Config, log: Any) -> SharedJvmScheduling:
+    """The scheduler `pytest_xdist_make_scheduler` gives xdist."""
+    return SharedJvmScheduling(config, log)
 
 
 def heavy_first(items: list[pytest.Item]) -> list[pytest.Item]:
-    """`items` grouped and reordered: each SHARED fixture's tests marked as its group (heavy
-    ones first within it), then the heavy tests, then the rest in collected order."""
-    grouped: list[pytest.Item] = []
-    for fixture in SHARED:
-        group = [i for i in items if fixture in getattr(i, "fixturenames", ())]
-        group = [i for i in group if i not in grouped]
-        for item in group:
-            item.add_marker(pytest.mark.xdist_group(fixture))
-        grouped += sorted(group, key=lambda item: item.get_closest_marker("heavy") is None)
-    rest = [i for i in items if i not in grouped]
-    heavy = [i for i in rest if i.get_closest_marker("heavy")]
-    return grouped + heavy + [i for i in rest if not i.get_closest_marker("heavy")]
+    """`items` with the heavy tests first (within a group too), the rest in collected order;
+    a test on a SHARED fixture outside its group's modules is a collection error."""
+    for item in items:
+        for fixture, modules in SHARED.items():
+            module = item.nodeid.split("::", 1)[0]
+            if fixture in getattr(item, "fixturenames", ()) and module not in modules:
+                raise pytest.UsageError(
+                    f"{item.nodeid} uses {fixture}: move it to {' or '.join(modules)} "
+                    "(tests/scheduling.py keeps those in one process)"
+                )
+    heavy = [i for i in items if i.get_closest_marker("heavy")]
+    return heavy + [i for i in items if not i.get_closest_marker("heavy")]
