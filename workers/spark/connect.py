@@ -10,6 +10,7 @@ the task's retries wait instead; `interruptTag` cancels tagged operations from a
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import pickle
 import re
@@ -65,6 +66,13 @@ def is_lost(session: Any, exc: BaseException) -> bool:
         if isinstance(name, str) and name.startswith(LOST_CLASSES):
             return True
     return False
+
+
+def close(session: Any) -> None:
+    """Close a lost session's channel. The thread running this holds the session until it
+    returns, so its `__del__` (another close) never runs on the event loop meanwhile."""
+    with contextlib.suppress(Exception):
+        session.client.close()
 
 
 def _chain(exc: BaseException) -> list[BaseException]:

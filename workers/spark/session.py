@@ -45,6 +45,9 @@ T = TypeVar("T")
 CANCEL_EVERY = 0.5  # seconds between repeated cancels while a cancelled call winds down
 CANCEL_WAIT = 10.0  # then the thread is left to finish on its own
 STOP_WAIT = 30.0  # seconds a session gets to stop at shutdown
+# seconds a session gets to start (a local JVM takes 35-50 s on a loaded 2-core machine):
+# past it the attempt fails with SparkUnavailable and is retried, never waits unbounded
+START_WAIT = 180.0
 
 
 class SparkRuntime:
@@ -108,7 +111,15 @@ class SparkRuntime:
         if self._session is not None and not getattr(self._session, "is_stopped", False):
             return self._session
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._threads, self.start)
+        try:
+            return await asyncio.wait_for(
+                asyncio.shield(loop.run_in_executor(self._threads, self.start)), START_WAIT
+            )
+        except TimeoutError:
+            raise SparkUnavailable(
+                f"the Spark session on {self.shown} did not start within {START_WAIT:g}s",
+                "the attempt is retried; check the cluster or Connect server",
+            ) from None
 
     def start(self) -> Any:
         """The SparkSession, started now if it is not yet (blocks for seconds)."""
@@ -145,8 +156,10 @@ class SparkRuntime:
             if self._session is session:
                 self._session = None
         log.warning("spark connect session on %s lost: %s", self.shown, _first_line(exc))
-        # released in the background: a dead channel's close can block
-        threading.Thread(target=_stop_quietly, args=(session,), daemon=True).start()
+        # closed in the background (a dead channel's close can block), and not with stop(),
+        # which holds PySpark's process-wide session lock through a release RPC to the lost
+        # server: a new session waited behind it (a retry stalled 60 s under load)
+        threading.Thread(target=connect.close, args=(session,), daemon=True).start()
         return True
 
     @property
@@ -271,11 +284,6 @@ class SparkRuntime:
             future.exception()  # retrieved: the caller reports the timeout, not this error
         if not future.done():
             log.warning("spark call tagged %s still running after its jobs were cancelled", tag)
-
-
-def _stop_quietly(session: Any) -> None:
-    with contextlib.suppress(Exception):
-        session.stop()
 
 
 def _first_line(exc: BaseException) -> str:
