@@ -136,6 +136,7 @@ async def test_cancel_and_timeout_interrupt_the_connect_job(
 
 
 @pytest.mark.heavy
+@pytest.mark.timeout(300)  # a JVM restarted and warmed up: 35 s alone, 120 s under the suite
 async def test_connect_server_killed_mid_job(
     app: App, connect: SparkRuntime, connect_server: ConnectServer, tmp_path: Path
 ) -> None:
@@ -166,7 +167,7 @@ async def test_connect_server_killed_mid_job(
     assert len(attempts.read_text()) == len(outcomes)  # every attempt judged once
 
 
-@pytest.mark.heavy
+@pytest.mark.slow  # run before a change to the Spark path: pytest -m slow tests/spark
 async def test_the_pipeline_runs_unchanged_on_connect(
     nats_url: str,
     prefix: str,
@@ -189,7 +190,7 @@ async def test_the_pipeline_runs_unchanged_on_connect(
     check(run_dir, result, {})
 
 
-@pytest.mark.heavy
+@pytest.mark.slow  # the demo's Connect option; the local demo runs by default (test_cli)
 def test_the_demo_runs_its_spark_part_over_connect(connect_url: str) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "taskq", "demo", "--tasks", "20", "--spark-master", connect_url],

@@ -17,7 +17,7 @@ from taskq import App
 from taskq.dlq.browse import list_dead
 from taskq.errors import TaskCancelled, TaskFailed
 from taskq.policy import Failure, Success
-from taskq.workers.spark.jobs import collect_frames, collect_rdd, decode_outcomes
+from taskq.workers.spark.jobs import collect_frames, decode_outcomes
 from taskq.workers.spark.session import SparkRuntime
 from tests.conftest import HANG, run_cli, running_worker, wait_until
 from tests.spark.conftest import active_jobs, spy_outcomes
@@ -187,8 +187,8 @@ async def test_shutdown_mid_batch_loses_nothing(
 
 
 async def test_the_dataframe_path_runs_on_a_classic_session_too(spark_session: Any) -> None:
-    """Batches over Spark Connect go through mapInArrow; the same path on a classic
-    session gives the same per-item outcomes as the RDD path that runs there."""
+    """Batches over Spark Connect go through mapInArrow; the same path runs on a classic
+    session, each item with its own outcome (the RDD path is the other tests')."""
 
     def half(i: int) -> float:
         if i == 3:
@@ -196,13 +196,12 @@ async def test_the_dataframe_path_runs_on_a_classic_session_too(spark_session: A
         return i / 2
 
     calls = [((i,), {}) for i in range(7)]
-    for collect in (collect_frames, collect_rdd):
-        rows = await asyncio.to_thread(collect, spark_session, half, calls, lambda: 2)
-        outcomes = decode_outcomes(rows, len(calls))
-        assert [o.value for o in outcomes if isinstance(o, Success)] == [0, 0.5, 1, 2, 2.5, 3]
-        failed = outcomes[3]
-        assert isinstance(failed, Failure) and isinstance(failed.error, ValueError)
-        assert "three" in failed.traceback and "in half" in failed.traceback
+    rows = await asyncio.to_thread(collect_frames, spark_session, half, calls, lambda: 2)
+    outcomes = decode_outcomes(rows, len(calls))
+    assert [o.value for o in outcomes if isinstance(o, Success)] == [0, 0.5, 1, 2, 2.5, 3]
+    failed = outcomes[3]
+    assert isinstance(failed, Failure) and isinstance(failed.error, ValueError)
+    assert "three" in failed.traceback and "in half" in failed.traceback
 
 
 async def test_cancel_stops_a_running_spark_job(
