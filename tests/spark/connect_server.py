@@ -15,11 +15,8 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-import pyspark
-
 from tests.postgres import free_port
 
-HOME = Path(pyspark.__file__).parent  # the pip package is a Spark distribution
 START_WITHIN = 120.0  # seconds: a JVM on a loaded 2-core machine, then the gRPC service
 CONF = {
     "spark.connect.grpc.binding.address": "127.0.0.1",
@@ -33,6 +30,14 @@ CONF = {
     "spark.scheduler.mode": "FAIR",
     "spark.python.task.killTimeout": "200ms",
 }
+
+
+def home() -> Path:
+    """The pip package's folder: a Spark distribution (imported only by the tests that start
+    a server, not by every test process that loads the fixtures)."""
+    import pyspark
+
+    return Path(pyspark.__file__).parent
 
 
 WARM = """
@@ -58,7 +63,7 @@ class ConnectServer:
     def start(self) -> None:
         """Start the server and wait until its gRPC port answers."""
         conf = {**CONF, "spark.connect.grpc.binding.port": str(self.port)}
-        argv = [str(HOME / "sbin" / "start-connect-server.sh"), "--wait", "--master", "local[2]"]
+        argv = [str(home() / "sbin" / "start-connect-server.sh"), "--wait", "--master", "local[2]"]
         argv += ["--driver-java-options", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"]
         for key, value in conf.items():
             argv += ["--conf", f"{key}={value}"]
@@ -104,7 +109,7 @@ class ConnectServer:
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.update(
-            SPARK_HOME=str(HOME),
+            SPARK_HOME=str(home()),
             PYSPARK_PYTHON=sys.executable,  # the server's Python workers import taskq
             SPARK_LOCAL_IP="127.0.0.1",
             SPARK_LOG_DIR=str(self.folder),
