@@ -16,6 +16,7 @@ import contextlib
 import contextvars
 import gc
 import logging
+import os
 import re
 import subprocess
 import sys
@@ -23,7 +24,7 @@ import threading
 import traceback
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import click
 from click.testing import CliRunner
@@ -62,6 +63,7 @@ def run_in_process(
     if not _LANE.acquire(timeout=timeout):
         return None
     call = _Call(argv[3:], stdin, env or {})
+    before = _Process.now(env or {})
     # a thread of its own: the command runs its own event loop (asyncio.run / uvloop.run),
     # and the caller may be inside a running one
     thread = threading.Thread(target=call.run, name="taskq-cli", daemon=True)
@@ -69,7 +71,12 @@ def run_in_process(
     thread.join(timeout)
     if thread.is_alive():
         _STUCK.append(thread)
-        raise subprocess.TimeoutExpired(argv, timeout, output=call.stdout, stderr=_waits())
+        waits = _waits()
+        # the stuck command never leaves its isolation: put this process's environment and
+        # streams back, or every later test here runs with its variables (a doctor run with
+        # TASKQ_REPLICAS=3 that hung made 19 later tests ask a 1-node server for R3)
+        before.restore()
+        raise subprocess.TimeoutExpired(argv, timeout, output=call.stdout, stderr=waits)
     return subprocess.CompletedProcess(argv, call.code, call.stdout, call.stderr)
 
 
@@ -84,6 +91,29 @@ def _waits() -> str:
             lines.append(f"task {task.get_name()}:")
             lines += awaiting(task.get_coro())
     return "\n".join(lines)
+
+
+class _Process:
+    """What a command's isolation changes in this process: the variables it sets and the
+    standard streams, as they were before it ran."""
+
+    def __init__(self, env: dict[str, str | None], streams: tuple[Any, Any, Any]) -> None:
+        self.env = env
+        self.streams = streams
+
+    @classmethod
+    def now(cls, names: dict[str, str]) -> _Process:
+        return cls(
+            {name: os.environ.get(name) for name in names}, (sys.stdin, sys.stdout, sys.stderr)
+        )
+
+    def restore(self) -> None:
+        for name, value in self.env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        sys.stdin, sys.stdout, sys.stderr = self.streams
 
 
 class _Call:

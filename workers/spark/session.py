@@ -158,7 +158,7 @@ class SparkRuntime:
         log.warning("spark connect session on %s lost: %s", self.shown, _first_line(exc))
         # closed in the background (a dead channel's close can block), and not with stop(),
         # which holds PySpark's process-wide session lock through a release RPC to the lost
-        # server: a new session waited behind it (a retry stalled 60 s under load)
+        # server and the close, a lock that making the next session needs
         threading.Thread(target=connect.close, args=(session,), daemon=True).start()
         return True
 
