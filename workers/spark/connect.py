@@ -18,8 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from taskq.workers.spark import items as spark_items
-
-Call = tuple[tuple[Any, ...], dict[str, Any]]
+from taskq.workers.spark.batcher import Call
 
 # PySpark's own retry policy, bounded: 5 retries from 50 ms by x4, at most 5 s apart
 RETRIES, FIRST_MS, FACTOR, LONGEST_MS = 5, 50, 4.0, 5000
@@ -53,9 +52,14 @@ def build(master: str, conf: dict[str, str]) -> Any:
     return session
 
 
+def stopped(session: Any) -> bool:
+    """Whether `session` was stopped (a Connect session says so; a classic one never does)."""
+    return bool(getattr(session, "is_stopped", False))
+
+
 def is_lost(session: Any, exc: BaseException) -> bool:
     """Whether `exc` means the session cannot be used again (rather than a failed job)."""
-    if getattr(session, "is_stopped", False):
+    if stopped(session):
         return True
     for error in _chain(exc):
         status = getattr(error, "getGrpcStatusCode", None)
@@ -99,14 +103,14 @@ def parallelism(session: Any) -> int:
 
 
 def collect_frames(
-    session: Any, fn: Callable[..., Any], calls: list[Call], slices: int
+    session: Any, fn: Callable[..., Any], calls: list[Call], parts: int
 ) -> list[Any]:
     """One Spark job over the batch through `mapInArrow`: each call pickled into a row, the
-    rows spread over `slices` partitions, an outcome per item back (as `run_partition`'s)."""
+    rows spread over `parts` partitions, an outcome per item back (as `run_partition`'s)."""
     from pyspark import cloudpickle
 
-    rows = [(i, cloudpickle.dumps(call)) for i, call in enumerate(calls)]  # type: ignore[no-untyped-call]
-    frame = session.createDataFrame(rows, SCHEMA_IN).repartition(max(1, min(len(rows), slices)))
+    rows = [(i, cloudpickle.dumps(call)) for i, call in enumerate(calls)]
+    frame = session.createDataFrame(rows, SCHEMA_IN).repartition(parts)
     run = functools.partial(spark_items.run_batches, fn)
     return [_reported(row) for row in frame.mapInArrow(run, SCHEMA_OUT).collect()]
 

@@ -134,7 +134,7 @@ def collect_rdd(
     a partition per core, an outcome per item."""
     rows = [(index, args, kwargs) for index, (args, kwargs) in enumerate(calls)]
     partition = functools.partial(spark_items.run_partition, fn)
-    parts = max(1, min(len(rows), slices()))
+    parts = _parts(len(rows), slices)
     return list(session.sparkContext.parallelize(rows, parts).mapPartitions(partition).collect())
 
 
@@ -143,7 +143,12 @@ def collect_frames(
 ) -> list[Any]:
     """One Spark job over the batch with the DataFrame API (`mapInArrow`): what Spark
     Connect offers, and what a classic session runs too."""
-    return connect.collect_frames(session, fn, calls, slices())
+    return connect.collect_frames(session, fn, calls, _parts(len(calls), slices))
+
+
+def _parts(items: int, slices: Callable[[], int]) -> int:
+    """Partitions for a batch of `items`: one per core the cluster offers, none empty."""
+    return max(1, min(items, slices()))
 
 
 def decode_outcomes(rows: list[Any], count: int) -> list[Outcome]:

@@ -108,7 +108,7 @@ class SparkRuntime:
     async def session(self) -> Any:
         """The SparkSession, started on first use in a thread (it takes seconds); over
         Connect, a new one when the server closed the last (it restarted)."""
-        if self._session is not None and not getattr(self._session, "is_stopped", False):
+        if self._session is not None and not connect.stopped(self._session):
             return self._session
         loop = asyncio.get_running_loop()
         try:
@@ -124,7 +124,7 @@ class SparkRuntime:
     def start(self) -> Any:
         """The SparkSession, started now if it is not yet (blocks for seconds)."""
         with self._lock:
-            if self._session is None or getattr(self._session, "is_stopped", False):
+            if self._session is None or connect.stopped(self._session):
                 self.check()
                 began = time.monotonic()
                 self._session, self._parallelism = self._build(), None
@@ -150,8 +150,10 @@ class SparkRuntime:
         """Whether `exc` ended this Connect session (the server went away or restarted);
         if so the session is dropped, and the next use makes a new one."""
         session = self._session
-        if session is None or not self.is_connect or not connect.is_lost(session, exc):
+        if not self.is_connect or not connect.is_lost(session, exc):
             return False
+        if session is None:  # dropped already: the error still says the session is gone
+            return True
         with self._lock:
             if self._session is session:
                 self._session = None
