@@ -28,6 +28,9 @@ from pydantic import (
 from taskq.policy import DeadReason
 from taskq.records.clock import now_iso
 from taskq.records.envelope import Envelope
+
+# Every model here is built when a dead letter is first written or read (`defer_build`), not
+# when a worker imports this module: a worker whose tasks all succeed never needs them.
 from taskq.records.heartbeats import worker_name
 from taskq.records.places import ID_HEADER as ID_HEADER  # part of a dead letter's sealing context
 
@@ -39,7 +42,7 @@ QUEUE_HEADER = "Taskq-Queue"
 class ErrorInfo(BaseModel):
     """The error that sent a task to the DLQ."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     type: str
     message: str
@@ -61,7 +64,7 @@ class EnvelopeOriginal(BaseModel):
     `Envelope.to_dict()` (or read back from the stream) keeps its exact JSON shape.
     """
 
-    model_config = ConfigDict(frozen=True, extra="allow")
+    model_config = ConfigDict(frozen=True, extra="allow", defer_build=True)
 
     v: int = 1
     id: str
@@ -90,7 +93,7 @@ class EnvelopeOriginal(BaseModel):
 class RawOriginal(BaseModel):
     """An undecodable original: its bytes, base64-encoded."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     raw_b64: str
 
@@ -103,7 +106,7 @@ class BlobOriginal(BaseModel):
     """An original too large for the record: its bytes live in the `<PREFIX>_BLOBS` object
     store under `blob` (`size` bytes); `id` and `task` keep the record browsable."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     blob: str
     size: int
@@ -117,7 +120,7 @@ class SealedOriginal(BaseModel):
     not open, naming the key; `id` and `task` are what the letter's headers say. Never
     written: nothing can be requeued or exported from it (`taskq.dlq.browse.parse`)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     sealed: str
     id: str | None = None
@@ -151,7 +154,7 @@ Original = Annotated[
 class DeadLetter(BaseModel):
     """One dead letter as stored in the DLQ stream (the body of its message)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     v: int = 1
     message: Original

@@ -18,7 +18,6 @@ from functools import partial
 from taskq.app import App
 from taskq.client import Client
 from taskq.dlq.sweeper import run_sweeper
-from taskq.doctor.monitor import warn_if_not_durable
 from taskq.errors import BrokerError, ConnectionLost, NotFound, TaskqError, TransientError
 from taskq.nats import Delivery, Puller
 from taskq.policy import Dead, Failure
@@ -187,6 +186,9 @@ class Worker:
     async def _durability_notice(self, client: Client) -> None:
         """A server that acknowledges before fsync breaks promise 1 on an OS crash: say so,
         in the background, and give up at once when the worker stops (docs/operations.md)."""
+        # imported here: the doctor's checks are ~35 ms of imports a worker needs once
+        from taskq.doctor.monitor import warn_if_not_durable
+
         monitor = self.app.settings.monitor_url
         notice = asyncio.create_task(warn_if_not_durable(client.connection, monitor))
         stopping = asyncio.create_task(self._stopping.wait())

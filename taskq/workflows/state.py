@@ -25,7 +25,9 @@ from pydantic import (
 
 from taskq.topology.names import check_queue, check_task
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
+# built when first used (a message with a `flow`), not at import: every process that
+# imports taskq would otherwise pay for these schemas (~50 ms), plain tasks never use them
+_FROZEN = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 MAX_MEMBERS = 100_000  # a group's or chord's members, a chain's steps: bounded work per step
 # Ids a workflow makes (`<flow id>`, `<flow id>.<n>`, `<flow id>.cb`): its bookkeeping keys
 # and subjects are built from them, so a message may carry nothing else there.
@@ -163,7 +165,9 @@ WorkflowState = Annotated[
     ChainState | GroupState | ChordState | CallbackState | RunStepState,
     Field(discriminator="kind"),
 ]
-WORKFLOW_STATE: TypeAdapter[WorkflowState] = TypeAdapter(WorkflowState)
+WORKFLOW_STATE: TypeAdapter[WorkflowState] = TypeAdapter(
+    WorkflowState, config=ConfigDict(defer_build=True)
+)
 
 
 def state_to_wire(flow: WorkflowState) -> dict[str, Any]:

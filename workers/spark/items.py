@@ -62,4 +62,4 @@ def _error(exc: Exception, trace: str) -> tuple[bytes | None, str, str, str]:
 def _dumps(value: Any) -> bytes:
     from pyspark import cloudpickle  # what Spark itself pickles functions with
 
-    return bytes(cloudpickle.dumps(value))  # type: ignore[no-untyped-call]
+    return bytes(cloudpickle.dumps(value))

@@ -45,7 +45,7 @@ class Shipper:
     def _ship_module(self, module: Any) -> None:
         from pyspark import cloudpickle
 
-        cloudpickle.register_pickle_by_value(module)  # type: ignore[no-untyped-call]
+        cloudpickle.register_pickle_by_value(module)
         self._shipped.add(module.__name__)
 
 
