@@ -36,6 +36,7 @@ from taskq.settings import Settings
 Handler = Callable[[str, bytes], Awaitable[None]]
 # an atomic batch's headers (ADR-50): its id, each message's place in it, and its commit
 BATCH_ID, BATCH_SEQUENCE, BATCH_COMMIT = "Nats-Batch-Id", "Nats-Batch-Sequence", "Nats-Batch-Commit"
+CLOSE_WITHIN = 5.0  # seconds nats-py's close may take before it is given up on
 
 
 class Connection:
@@ -108,8 +109,11 @@ class Connection:
         # out its 30 s timeout on the inboxes of expired pull requests.
         with contextlib.suppress(Exception):
             await self._nc.flush(timeout=2)
+        # bounded: nats-py's close waits for its reader and flusher tasks and the socket's
+        # end, and a caller (doctor trying a password, a test's teardown) must never hang on it
         with contextlib.suppress(Exception):
-            await self._nc.close()
+            async with asyncio.timeout(CLOSE_WITHIN):
+                await self._nc.close()
         await self._pipeline.close()
 
     async def flush(self, timeout: float = 5.0) -> None:
