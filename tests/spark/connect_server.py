@@ -60,8 +60,9 @@ class ConnectServer:
         self.process: subprocess.Popen[bytes] | None = None
         self.started: list[float] = []  # seconds each start took
 
-    def start(self) -> None:
-        """Start the server and wait until its gRPC port answers."""
+    def start(self, warm: bool = True) -> None:
+        """Start the server and wait until its gRPC port answers (and with `warm`, until it
+        served a first query)."""
         conf = {**CONF, "spark.connect.grpc.binding.port": str(self.port)}
         argv = [str(home() / "sbin" / "start-connect-server.sh"), "--wait", "--master", "local[2]"]
         argv += ["--driver-java-options", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"]
@@ -79,7 +80,8 @@ class ConnectServer:
         )
         log.close()
         self._wait_listening(began + START_WITHIN)
-        self._warm()
+        if warm:
+            self._warm()
         self.started.append(time.monotonic() - began)
 
     def _warm(self) -> None:
