@@ -130,3 +130,24 @@ async def test_a_connection_parses_headers_with_taskq_s_parser(nats_url: str) ->
         assert connection._nc._parse_header_lines is internals.parse_header_lines
     finally:
         await connection.close()
+
+
+async def test_a_first_connect_that_swallows_a_cancellation_is_cancelled_again() -> None:
+    """nats-py's first connect past its budget ends even when it swallows one cancellation
+    (Python 3.11's `asyncio.wait_for` can, when its inner result meets the cancellation):
+    a single `asyncio.timeout` left `doctor` waiting past 90 s."""
+    from taskq.nats.connect import _within
+
+    swallowed: list[bool] = []
+
+    async def stubborn() -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            swallowed.append(True)  # as a racing wait_for does: carry on
+        await asyncio.sleep(3600)
+
+    connecting = asyncio.ensure_future(stubborn())
+    with pytest.raises(TimeoutError, match=r"no connection within 0\.1s"):
+        await finishes(_within(connecting, 0.1), "the bounded connect")
+    assert swallowed == [True] and connecting.cancelled()  # ended, not left retrying

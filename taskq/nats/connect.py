@@ -18,6 +18,7 @@ from taskq.nats.errors import Guard
 from taskq.settings import Settings
 
 log = logging.getLogger("taskq.nats")
+CANCEL_TRIES, CANCEL_WAIT = 10, 0.5  # cancelling a first connect past its budget
 
 
 class Events:
@@ -107,8 +108,7 @@ async def open_client(settings: Settings, name: str, events: Events) -> Client:
     # the first connect (each server, tried twice) and report the error seen last
     budget = 2 * len(options["servers"]) * (settings.connect_timeout + 1.0) + 1.0
     try:
-        async with asyncio.timeout(budget):
-            await client.connect(**options)
+        await _within(asyncio.ensure_future(client.connect(**options)), budget)
     except nats.errors.AuthorizationError as exc:
         raise PermissionDenied(f"NATS at {settings.url} refused the credentials: {exc}") from None
     except (TimeoutError, nats.errors.Error, OSError) as exc:  # ssl.SSLError is an OSError
@@ -124,6 +124,28 @@ async def open_client(settings: Settings, name: str, events: Events) -> Client:
     client.options["max_reconnect_attempts"] = -1  # from now on, never give up
     events.live = True
     return client
+
+
+async def _within(connecting: asyncio.Future[None], seconds: float) -> None:
+    """Wait for nats-py's first connect at most `seconds`, then cancel it until it ends
+    (TimeoutError). Cancelled again and again, not once: its server loop awaits
+    `asyncio.wait_for`, which in Python 3.11 can swallow a cancellation that meets its
+    inner result, and `doctor` was seen waiting in that loop past 90 s."""
+    try:
+        done, _ = await asyncio.wait({connecting}, timeout=seconds)
+    except asyncio.CancelledError:
+        connecting.cancel()
+        raise
+    if done:
+        return connecting.result()
+    for _ in range(CANCEL_TRIES):
+        connecting.cancel()
+        done, _ = await asyncio.wait({connecting}, timeout=CANCEL_WAIT)
+        if done:
+            break
+    if connecting.done() and not connecting.cancelled():
+        connecting.exception()  # retrieved: the timeout is what is reported
+    raise TimeoutError(f"no connection within {seconds:g}s")
 
 
 def connect_options(settings: Settings, name: str, events: Events) -> dict[str, Any]:
