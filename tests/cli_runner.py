@@ -51,18 +51,25 @@ _IN_CLI: contextvars.ContextVar[bool] = contextvars.ContextVar("in_cli", default
 
 
 def run_in_process(
-    argv: list[str], stdin: str | None, timeout: float, env: dict[str, str] | None = None
+    argv: list[str],
+    stdin: str | None,
+    timeout: float,
+    env: dict[str, str] | None = None,
+    cwd: Path = ROOT,
 ) -> subprocess.CompletedProcess[str] | None:
-    """Run `argv` (a `cli_argv` command line) in this process as the subprocess would have;
-    None when it cannot: the cwd is not ROOT (the subprocess's), or an earlier call that
-    timed out still holds the lane. A call past `timeout` raises TimeoutExpired. `env`: the
-    variables set (over this process's) while it runs."""
+    """Run `argv` (a `cli_argv` command line) in this process as the subprocess would have
+    in `cwd`; None when it cannot: this process's cwd is not ROOT (a command that resolves
+    a path against it would see another), or an earlier call that timed out still holds
+    the lane. A call past `timeout` raises TimeoutExpired. `env`: the variables set (over
+    this process's) while it runs. Another `cwd` is where MODULE:APP modules are imported
+    from (first on sys.path, as a new interpreter there has it): for commands that read no
+    other file (a guide's `taskq enqueue tasks:app ...`, `taskq result ID`)."""
     assert argv[:3] == PROGRAM, argv
     if Path.cwd().resolve() != ROOT or any(thread.is_alive() for thread in _STUCK):
         return None
     if not _LANE.acquire(timeout=timeout):
         return None
-    call = _Call(argv[3:], stdin, env or {})
+    call = _Call(argv[3:], stdin, env or {}, cwd)
     before = _Process.now(env or {})
     # a thread of its own: the command runs its own event loop (asyncio.run / uvloop.run),
     # and the caller may be inside a running one
@@ -119,10 +126,11 @@ class _Process:
 class _Call:
     """One command: its arguments and stdin, then its exit code and what it printed."""
 
-    def __init__(self, args: list[str], stdin: str | None, env: dict[str, str]) -> None:
+    def __init__(self, args: list[str], stdin: str | None, env: dict[str, str], cwd: Path) -> None:
         self.args = args
         self.stdin = stdin
         self.env = env
+        self.cwd = cwd
         self.code = -1
         self.stdout = ""
         self.stderr = ""
@@ -137,6 +145,8 @@ class _Call:
                     _logging_to(sys.stderr, _log_level(self.args)),
                     _app_imports_undone(self.args),
                 ):
+                    if self.cwd != ROOT:  # sys.path is put back by _app_imports_undone
+                        sys.path.insert(0, str(self.cwd))
                     self.code = _exit_code(self.args)
                 sys.stdout.flush()
                 sys.stderr.flush()

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import click
 
+from tests.cli_runner import PROGRAM, run_in_process
 from tests.conftest import ROOT, wait_until
 
 DOCS = ROOT / "docs"
@@ -43,6 +44,12 @@ FILE = re.compile(r"# ([\w.-]+\.(?:py|ini))(?:, (continued|changed))?")
 FRAGMENTS = {"# in async code": "async", "# in sync code": "sync"}
 FOREIGN = ("# Celery", "# Dramatiq")
 EXITS = re.compile(r"#.*\bexits (\d+)")
+# `taskq ARGS` or `NAME=$(taskq ARGS)`, an optional comment after: no pipes, redirections,
+# other substitutions or globs, only `$NAME` variables (Shell.run runs these in process)
+SIMPLE_TASKQ = re.compile(
+    r"(?:(?P<name>[A-Za-z_]\w*)=\$\((?P<inner>taskq [^()`|;&<>*?#]*)\)"
+    r"|(?P<plain>taskq [^()`|;&<>*?#]*))\s*(?:#.*)?"
+)
 
 
 @dataclass(frozen=True)
@@ -192,6 +199,13 @@ class Shell:
     def run(self, line: str, where: str) -> str:
         """Run `line`; check its exit status (0, or what its `exits N` comment says);
         return what it printed (stdout, then stderr)."""
+        expected = EXITS.search(line)
+        status = int(expected.group(1)) if expected else 0
+        quick = self._taskq_in_process(line)
+        if quick is not None:
+            code, output = quick
+            assert code == status, f"{where}: `{line}` exited {code}:\n{output}"
+            return output
         assigned = re.findall(r"^([A-Za-z_]\w*)=", line)
         script = [f"{name}={shlex.quote(value)}" for name, value in self.variables.items()]
         script += [line, "status=$?"]
@@ -213,12 +227,35 @@ class Shell:
             os.close(write)
             with os.fdopen(read, "rb") as pipe:
                 values = pipe.read().decode().split("\0")
-        expected = EXITS.search(line)
-        status = int(expected.group(1)) if expected else 0
         output = done.stdout + done.stderr
         assert done.returncode == status, f"{where}: `{line}` exited {done.returncode}:\n{output}"
         self.variables.update(zip(assigned, values, strict=False))
         return output
+
+    def _taskq_in_process(self, line: str) -> tuple[int, str] | None:
+        """A plain `taskq ...` line, or `NAME=$(taskq ...)`, run in this process as bash
+        would have run it (tests/cli_runner.py: no 1 s interpreter start per command);
+        None for any other line (bash runs it). (exit code, what the terminal showed)."""
+        found = SIMPLE_TASKQ.fullmatch(line)
+        if found is None:
+            return None
+        command = found.group("inner") or found.group("plain")
+        names = re.findall(r"\$([A-Za-z_]\w*)", command)
+        if any(name not in self.variables for name in names):
+            return None
+        command = re.sub(
+            r"\$([A-Za-z_]\w*)", lambda v: shlex.quote(self.variables[v.group(1)]), command
+        )
+        argv = shlex.split(command, comments=True)
+        if argv[1] in ("server", "worker", "dashboard"):  # they run until stopped
+            return None
+        done = run_in_process([*PROGRAM, *argv[1:]], None, 180, self.env, cwd=self.cwd)
+        if done is None:
+            return None
+        if found.group("name"):  # $(...) takes its stdout, trailing newlines dropped
+            self.variables[found.group("name")] = done.stdout.rstrip("\n")
+            return done.returncode, done.stderr
+        return done.returncode, done.stdout + done.stderr
 
 
 def parse_only(line: str) -> click.Context:
