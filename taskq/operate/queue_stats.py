@@ -176,7 +176,7 @@ async def snapshot(
     await asyncio.sleep(interval)
     second = [await queue_stats(client, q, on_server.get(q, [])) for q in names]
     elapsed = time.monotonic() - started
-    later = await _workers(client)
+    later = _seen(earlier, await _workers(client))
     rates = _worker_rates(later)
     for queue, copied in _copied_between(earlier, later).items():
         rates.setdefault(queue, {})["copied"] = copied
@@ -209,6 +209,14 @@ async def _workers(client: Client) -> list[WorkerRecord]:
         return await list_workers(client)
     except (NotFound, PermissionDenied):
         return []
+
+
+def _seen(earlier: list[WorkerRecord], later: list[WorkerRecord]) -> list[WorkerRecord]:
+    """The workers of either read, each with its latest record: a worker whose beat came
+    late (past its record's TTL of three beats, on a loaded machine) is missing from one
+    read, and its copies would count as new tasks."""
+    latest = {w.id: w for w in earlier} | {w.id: w for w in later}
+    return list(latest.values())
 
 
 def _worker_rates(workers: list[WorkerRecord]) -> dict[str, dict[str, float]]:
