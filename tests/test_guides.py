@@ -221,6 +221,7 @@ async def _get_json(url: str) -> Any:
 
 
 @pytest.mark.heavy
+@pytest.mark.timeout(300)  # ~25 s alone; 120 s was passed once at the suite's busy start
 async def test_the_tutorial_runs_as_written(tmp_path: Path) -> None:
     """Given a fresh directory, when every file of the tutorial is written and every
     command run in order (the server, the worker and the dashboard as processes of their
@@ -256,6 +257,7 @@ def shop(tmp_path: Path, nats_url: str, prefix: str, monkeypatch: pytest.MonkeyP
 
 
 @pytest.mark.heavy
+@pytest.mark.timeout(300)  # as the tutorial: a hang, not a loaded machine, is what it catches
 async def test_from_celery_runs_as_written(
     shop: ModuleType, tmp_path: Path, nats_url: str, prefix: str, caplog: pytest.LogCaptureFixture
 ) -> None:
