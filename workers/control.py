@@ -4,6 +4,7 @@ requests it follows, and the progress its tasks report (`taskq workers`, `taskq 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import Counter
 from collections.abc import Callable
@@ -99,3 +100,18 @@ def _differ(other: WorkerRecord, only_theirs: list[str], only_ours: list[str]) -
         f"{some(only_theirs)}; only this one {some(only_ours)}. Expected during a rolling "
         "deploy; otherwise give each app its own prefix or queues (docs/operations.md)"
     )
+
+
+async def durability_notice(client: Client, monitor: str | None, stopping: asyncio.Event) -> None:
+    """A server that acknowledges before fsync breaks promise 1 on an OS crash: say so, in
+    the background, and give up at once when the worker stops (docs/operations.md)."""
+    # imported here: the doctor's checks are ~35 ms of imports a worker needs once
+    from taskq.doctor.monitor import warn_if_not_durable
+
+    notice = asyncio.create_task(warn_if_not_durable(client.connection, monitor))
+    stopped = asyncio.create_task(stopping.wait())
+    try:
+        await asyncio.wait({notice, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        notice.cancel()
+        stopped.cancel()

@@ -32,7 +32,8 @@ def settled(worker: Worker) -> int:
 def due(worker: Worker, limits: Limits) -> str | None:
     """Why `worker` should be recycled now, or None."""
     done = settled(worker)
-    if limits.max_tasks is not None and done >= limits.max_tasks:
+    # or all it may fetch has ended (some ways of ending, a hand-back, are no settle)
+    if limits.max_tasks is not None and (done >= limits.max_tasks or worker.fetched_all):
         return f"after {done} tasks"
     # Only once a task has settled: a process whose baseline alone is over the limit would
     # otherwise be recycled before doing any work, over and over.

@@ -42,9 +42,7 @@ async def serve(
     closes) the connection."""
     configure_from_env(metrics_port)  # OpenTelemetry SDK, only if OTEL_* or the port asks
     limits = Limits(max_tasks, max_memory_mb)  # for this process and its pool's, each alone
-    worker = Worker(
-        app, queues, concurrency=concurrency, grace=grace, pool_size=pool_size, limits=limits
-    )
+    worker = _worker(app, queues, concurrency, grace, pool_size, limits)
     _handle_signals(worker, grace)
     handler = _buffered_handler()
     helpers = tethers(worker)  # ready notice and orphan watch, under a supervisor
@@ -61,6 +59,27 @@ async def serve(
         await stop_relay()  # the relay stops with the worker, its pass under way done
         if handler is not None:
             handler.flush_now()
+
+
+def _worker(
+    app: App,
+    queues: list[str] | None,
+    concurrency: int,
+    grace: float,
+    pool_size: int | None,
+    limits: Limits,
+) -> Worker:
+    """The Worker `taskq worker` runs: a recycled process (`max_tasks`) fetches its N
+    deliveries and no more."""
+    return Worker(
+        app,
+        queues,
+        concurrency=concurrency,
+        grace=grace,
+        pool_size=pool_size,
+        limits=limits,
+        fetch_budget=limits.max_tasks,
+    )
 
 
 def _buffered_handler() -> BufferedStreamHandler | None:

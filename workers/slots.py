@@ -27,11 +27,15 @@ class _Waiter:
 class Slots:
     """A counter of free execution slots that fetch loops reserve before they pull."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, budget: int | None = None) -> None:
         if size < 1:
             raise ValueError("concurrency must be >= 1")
         self.size = size
         self.free = size
+        # deliveries that may still be fetched (None: no end): a recycled worker process
+        # (--max-tasks-per-child N) takes its N and no more, as a loaded one did (91 of 40)
+        self.budget = budget
+        self._woken = False
         self._changed = asyncio.Event()
         # fetch loops waiting for a slot, highest priority level first, then first come
         # first served: a loop that releases and reserves again queues behind its level, so
@@ -47,6 +51,11 @@ class Slots:
         per finished task would cost a server round trip per message.
         """
         while True:
+            if self.budget == 0:  # all it may fetch is fetched (until some comes back)
+                await self._budget_back()
+                if self.budget == 0:
+                    return 0  # the worker stops
+                continue
             if self._waiting or self.free <= 0:
                 await self._turn(level)
             if self.busy and self.free < self.size // 2:
@@ -55,10 +64,18 @@ class Slots:
                         while self.free < self.size // 2:
                             self._changed.clear()
                             await self._changed.wait()
-            if self.free > 0:
-                taken = min(self.free, most)
+            if self.free > 0 and self.budget != 0:  # (another loop may have spent it)
+                taken = min(self.free, most, most if self.budget is None else self.budget)
                 self.free -= taken
+                if self.budget is not None:
+                    self.budget -= taken
                 return taken
+
+    async def _budget_back(self) -> None:
+        """Return when a reservation gives budget back unused, or the worker stops."""
+        while self.budget == 0 and not self._woken:
+            self._changed.clear()
+            await self._changed.wait()
 
     async def _turn(self, level: int) -> None:
         """Return when this caller is first in line and a slot is free."""
@@ -84,6 +101,17 @@ class Slots:
         self.free += count
         self._changed.set()
 
+    def unused(self, count: int) -> None:
+        """Give back `count` reserved slots that no delivery took (to the budget too)."""
+        if count > 0 and self.budget is not None:
+            self.budget += count
+        self.release(count)
+
+    @property
+    def spent(self) -> bool:
+        """The budget fetched, and every slot free again (all of it settled)."""
+        return self.budget == 0 and self.free >= self.size
+
     @contextlib.contextmanager
     def lent(self) -> Iterator[None]:
         """Give a held slot back while the block runs, and take it again after.
@@ -100,6 +128,7 @@ class Slots:
 
     def wake(self) -> None:
         """Wake waiters without freeing anything (used at shutdown)."""
+        self._woken = True
         self._changed.set()
 
     @property

@@ -23,7 +23,12 @@ from taskq.nats import Delivery, Puller
 from taskq.policy import Dead, Failure
 from taskq.retrying import retry_transient
 from taskq.workers.admission import Admission
-from taskq.workers.control import ControlPlane, notice_task_sets, worker_record
+from taskq.workers.control import (
+    ControlPlane,
+    durability_notice,
+    notice_task_sets,
+    worker_record,
+)
 from taskq.workers.handback import hand_back
 from taskq.workers.job import Job
 from taskq.workers.judge import Judge, Runners
@@ -62,6 +67,7 @@ class Worker:
         spark: SparkRuntime | None = None,
         pool_size: int | None = None,
         limits: Limits | None = None,
+        fetch_budget: int | None = None,
     ) -> None:
         self.app = app
         self._timings = app.settings.timings
@@ -72,7 +78,7 @@ class Worker:
         self.max_batch = max_batch
         self.sweeper = sweeper
         self.stats: Counter[str] = Counter()
-        self._slots = Slots(concurrency)
+        self._slots = Slots(concurrency, fetch_budget)  # budget: --max-tasks-per-child
         self._stopping = asyncio.Event()
         self._ready = asyncio.Event()
         self._running: dict[tuple[str, int], asyncio.Task[None]] = {}  # by stream and seq
@@ -100,6 +106,11 @@ class Worker:
     @property
     def stopping(self) -> bool:
         return self._stopping.is_set()
+
+    @property
+    def fetched_all(self) -> bool:
+        """Its --max-tasks-per-child deliveries fetched, and none still running."""
+        return self._slots.spent
 
     async def wait_ready(self, timeout: float = 30.0) -> None:
         """Wait until streams and consumers are set up and fetching has begun."""
@@ -130,7 +141,8 @@ class Worker:
         mover = partial(run_mover, client, stopping=self._stopping, linger=self.fetch_timeout)
         loops += [asyncio.create_task(mover(q, stats=self.stats)) for q in self.queues]
         loops.append(asyncio.create_task(self._watch_connection(client)))
-        loops.append(asyncio.create_task(self._durability_notice(client)))
+        monitor = self.app.settings.monitor_url
+        loops.append(asyncio.create_task(durability_notice(client, monitor, self._stopping)))
         if self.sweeper:
             # Every worker sweeps crash-looped messages on one shared durable consumer.
             loops.append(asyncio.create_task(run_sweeper(client, self._stopping)))
@@ -182,21 +194,6 @@ class Worker:
         key, why = next(iter(self._failing.items()))
         more = f" (+{len(self._failing) - 1} more)" if len(self._failing) > 1 else ""
         return f"fetching from {key} fails: {why}{more}"
-
-    async def _durability_notice(self, client: Client) -> None:
-        """A server that acknowledges before fsync breaks promise 1 on an OS crash: say so,
-        in the background, and give up at once when the worker stops (docs/operations.md)."""
-        # imported here: the doctor's checks are ~35 ms of imports a worker needs once
-        from taskq.doctor.monitor import warn_if_not_durable
-
-        monitor = self.app.settings.monitor_url
-        notice = asyncio.create_task(warn_if_not_durable(client.connection, monitor))
-        stopping = asyncio.create_task(self._stopping.wait())
-        try:
-            await asyncio.wait({notice, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            notice.cancel()
-            stopping.cancel()
 
     async def _watch_connection(self, client: Client) -> None:
         """Stop at once when the connection dies for good: nothing could settle, and a
@@ -274,7 +271,7 @@ class Worker:
             setup = self._setups[key]
             taken = await self._slots.reserve(want, level=setup.level)
             if self.stopping:
-                self._slots.release(taken)
+                self._slots.unused(taken)
                 break
             asked = taken
             linger = self._timings.level_linger if setup.on_demand else self.fetch_timeout
@@ -290,7 +287,7 @@ class Worker:
                 self._failing[setup.where] = str(exc)[:200]
                 puller = await self._recover(setup, puller, exc)
             finally:
-                self._slots.release(taken)
+                self._slots.unused(taken)
             if setup.on_demand and (puller is None or taken == asked):
                 break  # its level is drained (or gone): the level watcher restarts it
             # Ask for twice what came last time: a lingering request holds its slots until
@@ -328,7 +325,7 @@ class Worker:
         assert self._parts is not None
         if key in self._running or key in self._parts.settler.settling:
             self.stats["redelivered_here"] += 1
-            return self._slots.release(1)
+            return self._slots.unused(1)
         state = Job(setup, delivery, setup.queue, delivery.num_delivered)
         job = self._running[key] = state.handler = asyncio.create_task(self._handle(state))
         job.add_done_callback(lambda _: self._done(key))
