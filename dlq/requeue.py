@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from taskq.client import Client, ClientSource
 from taskq.dlq.oversize import discard_blob, original_bytes
@@ -20,6 +21,8 @@ from taskq.ids import safe_id
 from taskq.nats import PubAck
 from taskq.records.clock import now_iso
 from taskq.records.envelope import MSG_ID, TASK_HEADER
+from taskq.records.results import encoded, store_encoded
+from taskq.states import QUEUED
 from taskq.topology.names import check_queue
 
 CHUNK = 256
@@ -74,6 +77,7 @@ async def _requeue_chunk(
     client: Client, chunk: list[DeadLetter], to_queue: str | None, result: RequeueResult
 ) -> None:
     """Publish a chunk pipelined; once every ack is in, delete the acknowledged records."""
+    await _mark_queued(client, chunk, to_queue)
     waits: Pending = []
     for record in chunk:
         await _publish(client, record, to_queue, waits, result)
@@ -88,6 +92,31 @@ async def _requeue_chunk(
     for record in published:
         await discard_blob(client, record)
     result.requeued += len(published)
+
+
+async def _mark_queued(client: Client, chunk: list[DeadLetter], to_queue: str | None) -> None:
+    """Each task's record says `queued` before its message goes back (written, and
+    acknowledged, first): a `result --wait` at once after the requeue waits for the new run
+    instead of returning the dead record, and the run's own records come after this one.
+    A mark that fails (a role that may not write records) leaves the dead record."""
+    marks = [
+        store_encoded(client, r.id, encoded(_queued(r, to_queue)))
+        for r in chunk
+        if isinstance(r.message, EnvelopeOriginal)
+    ]
+    await asyncio.gather(*marks, return_exceptions=True)
+
+
+def _queued(record: DeadLetter, to_queue: str | None) -> dict[str, Any]:
+    message = record.message
+    assert isinstance(message, EnvelopeOriginal)
+    return {
+        "state": QUEUED,
+        "task": record.task,
+        "queue": to_queue or record.queue,
+        "args": message.args,
+        "kwargs": message.kwargs,
+    }
 
 
 async def _publish(

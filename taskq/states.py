@@ -18,6 +18,7 @@ it is `dead` (`LEGACY_RUN`).
 from __future__ import annotations
 
 SUCCEEDED, DEAD, CANCELLED, DROPPED = "succeeded", "dead", "cancelled", "dropped"
+QUEUED = "queued"  # a record says so only of a requeued task, until its next run writes
 RETRYING = "failed"  # an attempt failed, a retry is coming (a task's, a step's)
 
 # a durable run's or canvas's summary, in the order `taskq workflows ls --state` lists them

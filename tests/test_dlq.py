@@ -14,8 +14,19 @@ import pytest
 from taskq import App, Reject
 from taskq.dlq.browse import Filters, list_dead
 from taskq.dlq.requeue import requeue
+from taskq.errors import ResultTimeout
+from taskq.operate.story import story
+from taskq.records.results import fetch
 from tests.apps import crashy
-from tests.conftest import ROOT, WorkerProcess, cli_argv, run_cli, running_worker, wait_until
+from tests.conftest import (
+    HANG,
+    ROOT,
+    WorkerProcess,
+    cli_argv,
+    run_cli,
+    running_worker,
+    wait_until,
+)
 
 
 async def make_dead_letters(app: App, n: int = 3) -> None:
@@ -149,6 +160,42 @@ async def test_requeue_runs_the_task_again(app: App) -> None:
         await wait_until(lambda: worker.stats["succeeded"] == 1)
     assert calls == [7, 7]
     assert await list_dead(app) == []
+
+
+async def test_a_requeued_task_waits_for_its_new_run(app: App) -> None:
+    """Given two dead tasks (one with store_result=False), when they are requeued with no
+    worker running, then each record says `queued` at once, `result()` waits for the new
+    run rather than returning the dead record, and each run's end replaces the mark (the
+    story: two attempts, the mark none)."""
+    calls: list[str] = []
+
+    @app.task(max_retries=0)
+    async def flaky(n: int) -> int:
+        calls.append("flaky")
+        if calls.count("flaky") == 1:
+            raise RuntimeError("first time fails")
+        return n * 2
+
+    @app.task(max_retries=0, store_result=False)
+    async def quiet(n: int) -> None:
+        calls.append("quiet")
+        if calls.count("quiet") == 1:
+            raise RuntimeError("first time fails")
+
+    handles = [await flaky.enqueue(21), await quiet.enqueue(1)]
+    async with running_worker(app) as worker:
+        await wait_until(lambda: worker.stats["dead"] == 2)
+    assert (await requeue(app, await list_dead(app))).requeued == 2
+    for handle in handles:
+        record = await fetch(app, handle.id)
+        assert record is not None and record.state == "queued", record
+    with pytest.raises(ResultTimeout):
+        await handles[0].result(timeout=0.2)
+    async with running_worker(app):
+        assert await handles[0].result(timeout=HANG) == 42
+        assert await handles[1].result(timeout=HANG) is None  # its end, no value kept
+    told = await story(app, handles[0].id)
+    assert told is not None and told.state == "succeeded" and len(told.attempts) == 2
 
 
 async def test_cli_ls_json_show_and_filters(app: App, nats_url: str, prefix: str) -> None:

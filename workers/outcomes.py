@@ -36,8 +36,16 @@ def record_fields(job: Job, decision: Decision, outcome: Outcome | None) -> dict
     """`result_record`'s fields as a plain dict, ready to encode (the settle path's form)."""
     task = job.task
     if isinstance(decision, Ack) and task is not None and not task.store_result:
-        return None
+        # a requeued task's record says `queued` (taskq.dlq.requeue): its end replaces that
+        if not _requeued(job):
+            return None
+        return _call(job) | {"state": "succeeded", "result": None}
     return _call(job) | _verdict(decision, outcome)
+
+
+def _requeued(job: Job) -> bool:
+    envelope = job.envelope
+    return envelope is not None and "requeued_from" in envelope.meta
 
 
 def _verdict(decision: Decision, outcome: Outcome | None) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from taskq.records.envelope import MSG_ID
 from taskq.records.heartbeats import running_on
 from taskq.records.progress import Progress, latest
 from taskq.records.results import FINAL, ResultRecord, ensure_results, fetch
+from taskq.states import QUEUED
 
 _DIGEST = re.compile(r"h\.[0-9a-f]{64}")  # the key of an id that is not plain (safe_id)
 
@@ -79,7 +80,11 @@ async def story(source: ClientSource, task_id: str) -> TaskStory | None:
         records = await _records(client, task_id)
     if not records and waiting is None:
         return None
-    attempts = [r for r in records if (r.state != "cancelled" or r.worker) and not r.failed_step]
+    attempts = [
+        r
+        for r in records
+        if (r.state != "cancelled" or r.worker) and not r.failed_step and r.state != QUEUED
+    ]  # a requeue's `queued` mark is no attempt
     told = TaskStory(task_id, attempts=[_attempt(r) for r in attempts])
     _from_records(told, records)
     if told.failed_step:
