@@ -9,6 +9,7 @@ function, or under `if TYPE_CHECKING:`.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {"taskq": ROOT / "taskq", "taskq.workers": ROOT / "workers", "taskq.dlq": ROOT / "dlq"}
 
 
+@functools.cache  # read once per test process: imported_names asks for it per file
 def modules() -> dict[str, Path]:
     """Installed module name -> source file, for every module of the three packages."""
     found: dict[str, Path] = {}
