@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from taskq.client import Client, ClientSource
 from taskq.dlq.oversize import discard_blob, original_bytes
@@ -77,10 +76,14 @@ async def _requeue_chunk(
     client: Client, chunk: list[DeadLetter], to_queue: str | None, result: RequeueResult
 ) -> None:
     """Publish a chunk pipelined; once every ack is in, delete the acknowledged records."""
-    await _mark_queued(client, chunk, to_queue)
+    sends = [s for record in chunk if (s := await _prepared(client, record, to_queue, result))]
+    await _mark_queued(client, [record for record, *_ in sends], to_queue)
     waits: Pending = []
-    for record in chunk:
-        await _publish(client, record, to_queue, waits, result)
+    for record, subject, body, headers in sends:
+        try:
+            waits.append((record, await client.connection.publish_nowait(subject, body, headers)))
+        except TaskqError as exc:
+            result.failed.append((record.seq, str(exc)))
     acks = await asyncio.gather(*(w for _, w in waits), return_exceptions=True)
     published = [r for (r, _), a in zip(waits, acks, strict=True) if isinstance(a, PubAck)]
     for (record, _), ack in zip(waits, acks, strict=True):
@@ -94,47 +97,35 @@ async def _requeue_chunk(
     result.requeued += len(published)
 
 
-async def _mark_queued(client: Client, chunk: list[DeadLetter], to_queue: str | None) -> None:
+async def _mark_queued(client: Client, records: list[DeadLetter], to_queue: str | None) -> None:
     """Each task's record says `queued` before its message goes back (written, and
     acknowledged, first): a `result --wait` at once after the requeue waits for the new run
     instead of returning the dead record, and the run's own records come after this one.
-    A mark that fails (a role that may not write records) leaves the dead record."""
+    Only tasks about to be sent are marked (a record that cannot be sent keeps its dead
+    one); a mark that fails (a role that may not write records) leaves the dead record. The
+    mark carries no call: the story keeps the dead record's."""
     marks = [
-        store_encoded(client, r.id, encoded(_queued(r, to_queue)))
-        for r in chunk
-        if isinstance(r.message, EnvelopeOriginal)
+        store_encoded(
+            client, r.id, encoded({"state": QUEUED, "task": r.task, "queue": to_queue or r.queue})
+        )
+        for r in records
     ]
     await asyncio.gather(*marks, return_exceptions=True)
 
 
-def _queued(record: DeadLetter, to_queue: str | None) -> dict[str, Any]:
-    message = record.message
-    assert isinstance(message, EnvelopeOriginal)
-    return {
-        "state": QUEUED,
-        "task": record.task,
-        "queue": to_queue or record.queue,
-        "args": message.args,
-        "kwargs": message.kwargs,
-    }
-
-
-async def _publish(
-    client: Client,
-    record: DeadLetter,
-    to_queue: str | None,
-    waits: Pending,
-    result: RequeueResult,
-) -> None:
-    """Send one record's task (not waiting for the ack, added to `waits`), or note why not."""
+async def _prepared(
+    client: Client, record: DeadLetter, to_queue: str | None, result: RequeueResult
+) -> tuple[DeadLetter, str, bytes, dict[str, str]] | None:
+    """What sending one record's task takes (subject, body, headers), or None with why not
+    noted in `result`."""
     queue = check_queue(to_queue or record.queue)
     msg_id = requeue_id(record)
     # placed by its id: a requeue run again lands in the same partition's dedup window
     part = await client.place(queue, msg_id)
     subject = client.names.queue_subject(queue, record.task, part)
-    headers = {MSG_ID: msg_id, TASK_HEADER: record.task}
     try:
         body = await payload(client, record)
-        waits.append((record, await client.connection.publish_nowait(subject, body, headers)))
     except (TaskqError, LookupError) as exc:
         result.failed.append((record.seq, str(exc)))
+        return None
+    return record, subject, body, {MSG_ID: msg_id, TASK_HEADER: record.task}
