@@ -28,15 +28,14 @@ from pydantic import (
 from taskq.policy import DeadReason
 from taskq.records.clock import now_iso
 from taskq.records.envelope import Envelope
-
-# Every model here is built when a dead letter is first written or read (`defer_build`), not
-# when a worker imports this module: a worker whose tasks all succeed never needs them.
 from taskq.records.heartbeats import worker_name
 from taskq.records.places import ID_HEADER as ID_HEADER  # part of a dead letter's sealing context
 
 REASONS: tuple[str, ...] = get_args(DeadReason)  # one list: the policy's
 REASON_HEADER = "Taskq-Reason"
 QUEUE_HEADER = "Taskq-Queue"
+# Every model here is built when a dead letter is first written or read (`defer_build`), not
+# when a worker imports this module: a worker whose tasks all succeed never needs them.
 
 
 class ErrorInfo(BaseModel):

@@ -44,6 +44,7 @@ FILE = re.compile(r"# ([\w.-]+\.(?:py|ini))(?:, (continued|changed))?")
 FRAGMENTS = {"# in async code": "async", "# in sync code": "sync"}
 FOREIGN = ("# Celery", "# Dramatiq")
 EXITS = re.compile(r"#.*\bexits (\d+)")
+BLOCKING = ("server", "worker", "dashboard")  # `taskq` commands that run until stopped
 # `taskq ARGS` or `NAME=$(taskq ARGS)`, an optional comment after: no pipes, redirections,
 # other substitutions or globs, only `$NAME` variables (Shell.run runs these in process)
 SIMPLE_TASKQ = re.compile(
@@ -247,7 +248,7 @@ class Shell:
             r"\$([A-Za-z_]\w*)", lambda v: shlex.quote(self.variables[v.group(1)]), command
         )
         argv = shlex.split(command, comments=True)
-        if argv[1] in ("server", "worker", "dashboard"):  # they run until stopped
+        if argv[1] in BLOCKING:
             return None
         done = run_in_process([*PROGRAM, *argv[1:]], None, 180, self.env, cwd=self.cwd)
         if done is None:

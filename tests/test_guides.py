@@ -26,6 +26,7 @@ from taskq.testing import worker
 from tests.conftest import ROOT
 from tests.guides import (
     BIN,
+    BLOCKING,
     DOCS,
     Background,
     Block,
@@ -42,7 +43,6 @@ from tests.guides import (
 TUTORIAL = DOCS / "tutorial.md"
 FROM_CELERY = DOCS / "from-celery.md"
 GUIDES = (TUTORIAL, FROM_CELERY)
-BLOCKING = ("server", "worker", "dashboard")  # `taskq` commands that run until stopped
 
 
 # -- the guides are linked, and their links lead somewhere ------------------------------------

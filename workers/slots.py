@@ -65,7 +65,7 @@ class Slots:
                             self._changed.clear()
                             await self._changed.wait()
             if self.free > 0 and self.budget != 0:  # (another loop may have spent it)
-                taken = min(self.free, most, most if self.budget is None else self.budget)
+                taken = min(self.free, most, self.budget or most)  # (None: no budget)
                 self.free -= taken
                 if self.budget is not None:
                     self.budget -= taken
