@@ -96,13 +96,23 @@ def test_example_suite_runs_as_a_user_would(processes: str) -> None:
     binds its own port, none races another for it."""
     folder = ROOT / "examples" / "testing"
     assert not (folder / "conftest.py").exists()
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", processes],
-        cwd=folder,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
-    )
+    # a test of the example stuck past 40 s prints every thread's stack (faulthandler), and
+    # what the run printed is reported here, before this test's own timeout
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", processes]
+    try:
+        result = subprocess.run(
+            [*argv, "-o", "faulthandler_timeout=40"],
+            cwd=folder,
+            capture_output=True,
+            text=True,
+            timeout=100,
+            env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+        )
+    except subprocess.TimeoutExpired as late:
+        pytest.fail(f"the example suite hung: {_text(late.stdout)}{_text(late.stderr)}")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "7 passed" in result.stdout and "failed" not in result.stdout
+
+
+def _text(output: str | bytes | None) -> str:
+    return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
