@@ -89,6 +89,7 @@ def test_apps_get_their_settings_back_after_the_test() -> None:
 
 
 @pytest.mark.heavy
+@pytest.mark.timeout(150)
 @pytest.mark.parametrize("processes", ["0", "3"])
 def test_example_suite_runs_as_a_user_would(processes: str) -> None:
     """examples/testing/ has no conftest.py: the fixtures come from the installed plugin.
@@ -105,7 +106,7 @@ def test_example_suite_runs_as_a_user_would(processes: str) -> None:
             cwd=folder,
             capture_output=True,
             text=True,
-            timeout=100,
+            timeout=120,  # ~5 s alone, 25 s in the loaded suite
             env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
         )
     except subprocess.TimeoutExpired as late:
