@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from taskq.client import ClientSource, Published
 from taskq.errors import TaskDropped
-from taskq.operate import unrecorded
 from taskq.records.cancels import CancelReport, cancel
 from taskq.records.progress import Progress, latest, watch
 from taskq.records.results import ResultRecord, fetch, wait
@@ -62,6 +61,8 @@ class TaskHandle:
         if self.dropped:
             raise TaskDropped(self.id, *self.drop)
         if self._unrecorded():
+            from taskq.operate import unrecorded  # a task without records only: on first use
+
             record = await unrecorded.outcome(self._app(), self.id, timeout)
         else:
             record = await wait(self._app(), self.id, timeout)
@@ -78,6 +79,8 @@ class TaskHandle:
         `store_result=False` task, whose success writes no record, is `succeeded` once its
         message left the queue without a failure (taskq.operate.unrecorded); a bare id's
         handle with no record and no message anywhere is `unknown`."""
+        from taskq.operate import unrecorded  # queues, heartbeats, schedules: on first use
+
         if self._unrecorded():
             return await unrecorded.state(self._app(), self.id)
         if self.dropped:

@@ -13,8 +13,6 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
-from concurrent.futures import Executor
-from dataclasses import dataclass
 from typing import Any
 
 from taskq.app import App
@@ -36,25 +34,14 @@ from taskq.task import Task
 from taskq.workers.admission import Admission
 from taskq.workers.cancel_watch import CancelWatch
 from taskq.workers.execute import call_function, refusing_non_finite, run_attempt, unwrap
+from taskq.workers.executors import Runners
 from taskq.workers.job import Job
 from taskq.workers.lease import Leases
-from taskq.workers.pool.processes import ProcessPool
 from taskq.workers.running import RunningJobs
-from taskq.workers.spark.jobs import LendSlot, SparkExecutor
 from taskq.workflows.state import RunStepState
 from taskq.workflows.steps import ended_already, is_bound
 
 log = logging.getLogger("taskq.worker")
-
-
-@dataclass
-class Runners:
-    """Where attempts run besides the event loop: threads, Spark, the process pool."""
-
-    threads: Executor
-    spark: SparkExecutor
-    lend: LendSlot
-    pool: ProcessPool | None = None
 
 
 class Judge:
@@ -284,8 +271,9 @@ class Judge:
                 await gate.passed()
             if task.executor == "process" and pool is not None:
                 return await pool.run(task, args, kwargs, ctx)
-            outcome = await self._runners.spark.run(task, args, kwargs, ctx.id, self._runners.lend)
-            return unwrap(outcome)
+            spark = self._runners.spark
+            assert spark is not None  # wired for every Spark task of the worker's queues
+            return unwrap(await spark.run(task, args, kwargs, ctx.id, self._runners.lend))
 
         return elsewhere
 

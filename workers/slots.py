@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from taskq.flowcontrol.options import DEFAULT_PRIORITY
+
+# `Slots.lent`: a running task's slot lent while it waits (a Spark batch item for its batch)
+LendSlot = Callable[[], contextlib.AbstractContextManager[None]]
 
 # A waiting fetch loop of a lower priority level gains one level per AGING seconds it waits:
 # a backlog of higher levels is served first, yet a lower level is never starved forever.

@@ -14,6 +14,7 @@ import traceback
 from collections import Counter
 from dataclasses import dataclass
 from functools import partial
+from typing import TYPE_CHECKING
 
 from taskq.app import App
 from taskq.client import Client
@@ -29,21 +30,22 @@ from taskq.workers.control import (
     notice_task_sets,
     worker_record,
 )
+from taskq.workers.executors import runners_for
 from taskq.workers.handback import hand_back
 from taskq.workers.job import Job
-from taskq.workers.judge import Judge, Runners
+from taskq.workers.judge import Judge
 from taskq.workers.lease import Leases
 from taskq.workers.levels import Levels
 from taskq.workers.limits import Limits
-from taskq.workers.pool.processes import pool_for
 from taskq.workers.running import RunningJobs
 from taskq.workers.settle import Settler
 from taskq.workers.setup import QueueSetup, described, prepare
 from taskq.workers.slots import Slots
-from taskq.workers.spark.jobs import SparkExecutor
-from taskq.workers.spark.session import SparkRuntime
 from taskq.workers.threads import TaskThreads
 from taskq.workers.timers import run_mover
+
+if TYPE_CHECKING:
+    from taskq.workers.spark.session import SparkRuntime
 from taskq.workflows.janitor import run_janitor
 
 log = logging.getLogger("taskq.worker")
@@ -89,10 +91,9 @@ class Worker:
         self._client: Client | None = None
         self._parts: _Parts | None = None
         mine = [t for t in app.tasks.values() if t.queue in self.queues]
-        # Spark tasks (if any) run here; `spark` shares a session across workers (tests)
-        self._spark = SparkExecutor(app.settings, mine, spark)
-        self._pool = pool_for(mine, pool_size, limits)
-        self._runners = Runners(self._threads, self._spark, self._slots.lent, self._pool)
+        # Spark and process tasks (if any) run here; `spark` shares a session across workers
+        lent, settings = self._slots.lent, app.settings
+        self._runners = runners_for(settings, mine, self._threads, lent, spark, pool_size, limits)
         self._failing: dict[str, str] = {}  # fetch loop -> why its last fetch failed
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -126,8 +127,7 @@ class Worker:
             also=(NotFound,),
         )
         await self.app.hooks.run_start()
-        if self._pool is not None:
-            await self._pool.start()
+        await self._runners.start()
         parts = self._parts = self._assemble(client)
         await parts.control.start()
         with contextlib.suppress(TaskqError):  # a notice: never a reason not to start
@@ -160,7 +160,7 @@ class Worker:
         """The parts that handle deliveries, each made with what it needs."""
         admission = Admission(client, self.stats)
         running = RunningJobs()
-        pool_size = self._pool.size if self._pool else None
+        pool_size = self._runners.pool.size if self._runners.pool else None
         tasks = [
             f"{t.queue}:{name}" for name, t in self.app.tasks.items() if t.queue in self.queues
         ]
@@ -234,9 +234,7 @@ class Worker:
         if parts is not None:  # grouped verdicts settled now, then the control plane stops
             await parts.settler.drain()
             await parts.control.close()
-        if self._pool is not None:
-            await self._pool.close()
-        await self._spark.close()
+        await self._runners.close()
         await self._leases.close()
         if parts is not None:
             await parts.admission.close()

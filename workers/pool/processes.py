@@ -275,12 +275,3 @@ def _value(task: Task[Any, Any], child: Child, reply: tuple[Any, ...]) -> Any:
     if kind == "unreadable":
         raise Unpicklable(task.name, "result", reply[1])
     raise RemoteItemError("PoolError", f"pool process {child.pid} answered {reply!r}")
-
-
-def pool_for(
-    tasks: list[Task[Any, Any]], size: int | None, limits: Limits | None
-) -> ProcessPool | None:
-    """The process pool for the `executor="process"` tasks among `tasks` (None: none);
-    `size` processes (None: the CPU count), recycled by `limits` each on its own."""
-    in_processes = [t for t in tasks if t.executor == "process"]
-    return ProcessPool(in_processes, size, limits) if in_processes else None

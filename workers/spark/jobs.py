@@ -17,7 +17,7 @@ import pickle
 import re
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from taskq.errors import RemoteItemError, SparkUnavailable, TaskTimeout
 from taskq.policy import Failure, Outcome, Success
@@ -28,7 +28,8 @@ from taskq.workers.spark import items as spark_items
 from taskq.workers.spark.batcher import Batcher, Call
 from taskq.workers.spark.session import SparkRuntime
 
-LendSlot = Callable[[], contextlib.AbstractContextManager[None]]
+if TYPE_CHECKING:
+    from taskq.workers.slots import LendSlot
 
 
 class SparkExecutor:
