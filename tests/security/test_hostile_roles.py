@@ -18,7 +18,7 @@ from nats.js.errors import APIError
 from taskq import App
 from taskq.records.schedules import list_schedules
 from taskq.server import EmbeddedServer
-from tests.conftest import running_worker, wait_until
+from tests.conftest import HANG, running_worker, wait_until
 from tests.roles import credentials, provisioned, role
 
 
@@ -85,7 +85,8 @@ async def waiting(secure_server: EmbeddedServer) -> AsyncIterator[App]:
     await provisioned(secure_server.url, worker_app, ["default"])
     async with running_worker(worker_app, queues=["default"]) as worker:
         await operator.tasks["hold"].options(countdown=3600).enqueue(0)
-        await wait_until(lambda: worker.stats["held"] == 1, timeout=20)
+        # set-up, not the behaviour under test: as long as a loaded machine needs
+        await wait_until(lambda: worker.stats["held"] == 1, timeout=HANG)
     for n in (1, 2, 3):
         await operator.tasks["hold"].enqueue(n)
     yield operator
