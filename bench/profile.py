@@ -27,7 +27,7 @@ from bench.run import RESULTS, ROOT
 
 # (part, what marks it in a stack frame: a substring of "function (file)"), innermost wins
 PARTS: list[tuple[str, tuple[str, ...]]] = [
-    ("log line", ("workers/logs.py", "settle.py:_log", "_log (workers/settle.py", "logging/")),
+    ("log line", ("workers/logs.py", "workers/settled_log.py", "logging/")),
     (
         "result record: build and encode",
         ("workers/outcomes.py", "taskq/records/results.py", "_encoded"),

@@ -13,7 +13,7 @@ import logging
 import math
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol, TypeVar
 
 from taskq.clock import Clock
@@ -27,6 +27,7 @@ from taskq.settings import Settings
 from taskq.topology.names import Names
 from taskq.topology.partitions import Part, Placement, layout, partitions_by_probe
 from taskq.topology.specs import check_owner, queue_stream
+from taskq.tracing import carry
 
 log = logging.getLogger("taskq")
 C = TypeVar("C")
@@ -183,6 +184,10 @@ class Client:
         steps, chord callbacks)."""
         msg_id = msg_id or envelope.id
         part = await self.place_message(queue, msg_id, key, fresh)
+        # in the trace of the task that caused it (taskq.tracing; none when tracing is off)
+        carried = carry(envelope.headers)
+        if carried is not envelope.headers:
+            envelope = replace(envelope, headers=carried)
         return await self.publish_placed(self.placed(envelope, queue, part), msg_id)
 
     async def publish_placed(self, envelope: Envelope, msg_id: str | None = None) -> Published:

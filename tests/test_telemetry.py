@@ -1,11 +1,14 @@
-"""OpenTelemetry: a producer span per enqueue, a consumer span per run, linked through the
-message's traceparent; metrics for enqueued, succeeded, retried, dead-lettered, run time."""
+"""OpenTelemetry by the messaging conventions: a `send` PRODUCER span per enqueue, a
+`process` CONSUMER span per run, linked through the message's traceparent, `settle` CLIENT
+spans; the conventions' four metrics beside taskq's own; a workflow's steps in the trace of
+the task that caused them."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from opentelemetry import metrics, trace
@@ -16,8 +19,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from taskq import App
-from tests.conftest import ROOT, cli_argv, running_worker, wait_until
+from taskq import App, Workflow, chain
+from tests.conftest import HANG, ROOT, cli_argv, running_worker, wait_until
 
 SPANS = InMemorySpanExporter()
 READER = InMemoryMetricReader()
@@ -77,8 +80,23 @@ async def test_enqueue_and_run_spans_are_linked(app: App, prefix: str) -> None:
     )
     assert consumer.context.trace_id == producer.context.trace_id
     assert consumer.parent is not None and consumer.parent.span_id == producer.context.span_id
+    assert (producer.name, consumer.name) == ("send default", "process default")
+    assert producer.attributes["messaging.operation.type"] == "send"
+    assert consumer.attributes["messaging.operation.type"] == "process"
+    assert consumer.attributes["messaging.consumer.group.name"] == "default"
     assert producer.attributes["messaging.system"] == "nats"
     assert producer.attributes["messaging.destination.name"] == f"{prefix}.q.default.traced"
+    # its ack: a settle span linked to the message's send span
+    settles = [s for s in spans if s.kind == SpanKind.CLIENT and s.name == "settle default"]
+    acked = [s for s in settles if producer.context.span_id in _linked(s)]
+    assert acked and acked[0].attributes["messaging.operation.type"] == "settle"
+    assert acked[0].attributes["messaging.operation.name"] == "ack"
+    # the retry's NAK and the dead letter's TERM, each settled alone: children of its send
+    failing_send = next(
+        s for s in spans if s.kind == SpanKind.PRODUCER and s.attributes["taskq.task"] == "failing"
+    )
+    alone = [s for s in settles if s.parent and s.parent.span_id == failing_send.context.span_id]
+    assert sorted(s.attributes["messaging.operation.name"] for s in alone) == ["nak", "term"]
     assert consumer.attributes["taskq.delivery_count"] == 1
     assert consumer.attributes["taskq.verdict"] == "ack"
     failed = [
@@ -90,6 +108,84 @@ async def test_enqueue_and_run_spans_are_linked(app: App, prefix: str) -> None:
     assert points["taskq.tasks.enqueued"] >= 2 and points["taskq.tasks.succeeded"] >= 1
     assert points["taskq.tasks.retried"] >= 1 and points["taskq.tasks.dead_lettered"] >= 1
     assert points["taskq.task.duration"] >= 3 and points["taskq.task.queue_wait"] >= 2
+    # the conventions' four, beside taskq's own
+    assert points["messaging.client.sent.messages"] >= 2
+    assert points["messaging.client.consumed.messages"] >= 3  # two attempts of `failing`
+    assert points["messaging.process.duration"] >= 3
+    assert points["messaging.client.operation.duration"] >= 2 + 3  # sends, then settles
+    operations = _attribute_values(
+        "messaging.client.operation.duration", "messaging.operation.name"
+    )
+    assert {"send", "ack", "nak", "term"} <= operations
+    assert "ValueError" in _attribute_values("messaging.process.duration", "error.type")
+
+
+async def test_a_chains_steps_join_the_trace_of_its_first(app: App) -> None:
+    """A step taskq publishes itself (a chain's next step, after the previous one ran)
+    carries the context of the step that caused it: one trace, each step's process span the
+    parent of the next one's."""
+    SPANS.clear()
+
+    @app.task
+    async def first(x: int) -> int:
+        return x + 1
+
+    @app.task
+    async def second(x: int) -> int:
+        return x * 2
+
+    async with running_worker(app) as worker:
+        handle = await chain(first.s(1), second.s()).enqueue()
+        assert await handle.result(timeout=HANG) == 4
+        await wait_until(lambda: worker.stats["succeeded"] == 2)
+    spans = SPANS.get_finished_spans()
+    runs = {s.attributes["taskq.task"]: s for s in spans if s.kind == SpanKind.CONSUMER}
+    assert runs["second"].context.trace_id == runs["first"].context.trace_id
+    assert runs["second"].parent is not None
+    assert runs["second"].parent.span_id == runs["first"].context.span_id
+
+
+async def test_a_durable_runs_steps_join_the_trace_of_its_start(app: App) -> None:
+    """A durable run started inside the caller's span: its decisions and its steps (which
+    taskq publishes itself) are in the caller's trace."""
+    SPANS.clear()
+
+    @app.task
+    async def step(n: int) -> int:
+        return n + 1
+
+    @app.workflow
+    async def flow(wf: Workflow, n: int) -> int:
+        return await wf.run(step, await wf.run(step, n))
+
+    tracer = trace.get_tracer("tests")
+    async with running_worker(app) as worker:
+        with tracer.start_as_current_span("caller") as caller:
+            run = await flow.start(1)
+        assert await run.result(timeout=HANG) == 3
+        await wait_until(lambda: worker.stats["succeeded"] >= 2)
+    runs = [s for s in SPANS.get_finished_spans() if s.kind == SpanKind.CONSUMER]
+    steps = [s for s in runs if s.attributes["taskq.task"] == "step"]
+    assert len(steps) == 2 and len(runs) > 2  # the steps and the run's decisions
+    assert {s.context.trace_id for s in runs} == {caller.get_span_context().trace_id}
+
+
+def _linked(span: Any) -> set[int]:
+    return {link.context.span_id for link in span.links}
+
+
+def _attribute_values(metric_name: str, attribute: str) -> set[str]:
+    found: set[str] = set()
+    data = READER.get_metrics_data()
+    for resource in data.resource_metrics if data else ():
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                if metric.name == metric_name:
+                    for point in metric.data.data_points:
+                        value = point.attributes.get(attribute)
+                        if value is not None:
+                            found.add(str(value))
+    return found
 
 
 def test_worker_configures_sdk_from_env(nats_url: str, prefix: str, tmp_path) -> None:

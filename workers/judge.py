@@ -31,6 +31,7 @@ from taskq.records.envelope import MSG_ID, Envelope, decode
 from taskq.records.results import fetch
 from taskq.records.sealing import PLAINTEXT_REFUSED
 from taskq.task import Task
+from taskq.telemetry import CONSUMED_MESSAGES
 from taskq.workers.admission import Admission
 from taskq.workers.cancel_watch import CancelWatch
 from taskq.workers.execute import call_function, refusing_non_finite, run_attempt, unwrap
@@ -76,6 +77,7 @@ class Judge:
         due soon, a rate limit's reserved start, a debounced burst) or a slow store restarts
         the server's ack timer as running does."""
         self._leases.hold(job.delivery, job.setup.ack_wait, job.queue)
+        CONSUMED_MESSAGES.add(job.queue)
         return await self._judged(job)
 
     async def _judged(self, job: Job) -> tuple[Decision, Outcome | None]:

@@ -28,24 +28,24 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from taskq.client import Client
 from taskq.errors import PayloadTooLarge, StorageFull, TransientError
 from taskq.middleware import Chain, Settled
 from taskq.nats import PubAck
-from taskq.operate.tracebacks import fold
 from taskq.policy import Ack, Cancel, Dead, Decision, Failure, Hold, Nak, Outcome, Success
 from taskq.records.heartbeats import SETTLED_IN
 from taskq.retrying import retry_transient
+from taskq.telemetry import settling
 from taskq.workers.admission import Admission
 from taskq.workers.job import Job
 from taskq.workers.lease import Leases
-from taskq.workers.logs import BUFFERED, SETTLED, TRACE, write_direct
 from taskq.workers.progress import ProgressWriter
 from taskq.workers.record_batches import RecordBatches
 from taskq.workers.running import RunningJobs
+from taskq.workers.settled_log import log_settled
 from taskq.workers.writes import Writes, send, send_group, store, writes_for
 
 log = logging.getLogger("taskq.worker")
@@ -235,18 +235,19 @@ class Settler:
         """Settle the message of a verdict whose writes are stored; count it; log it."""
         job, decision = verdict.job, verdict.decision
         d = job.delivery
-        if isinstance(decision, Ack):
-            if job.task is not None and job.task.ack_sync:
-                await retry_transient(lambda: d.ack_sync(), deadline=10.0, what="ack")
+        with settling(_operation(decision), lambda: _by_queue([verdict])):
+            if isinstance(decision, Ack):
+                if job.task is not None and job.task.ack_sync:
+                    await retry_transient(lambda: d.ack_sync(), deadline=10.0, what="ack")
+                else:
+                    await d.ack()
+            elif isinstance(decision, Nak):
+                await self._admission.retry_later(job, decision.delay)
+            elif isinstance(decision, Cancel):
+                await d.ack()  # recorded as cancelled (or dropped): nothing left to run
             else:
-                await d.ack()
-        elif isinstance(decision, Nak):
-            await self._admission.retry_later(job, decision.delay)
-        elif isinstance(decision, Cancel):
-            await d.ack()  # recorded as cancelled (or dropped): nothing left to run
-        else:
-            assert isinstance(decision, Dead)
-            await d.term(decision.reason)  # its dead letter is stored
+                assert isinstance(decision, Dead)
+                await d.term(decision.reason)  # its dead letter is stored
         await self._settled(verdict)
 
     async def _settled(self, verdict: Verdict) -> None:
@@ -263,7 +264,8 @@ class Settler:
             self.stats[f"dead:{decision.reason}"] += 1
         if not isinstance(decision, Nak):  # its task has its end: `taskq queues`' DONE/s
             self.stats[f"{SETTLED_IN}{job.queue}"] += 1
-        _log(job, decision, outcome)
+        if log.isEnabledFor(logging.INFO if isinstance(decision, Ack) else logging.WARNING):
+            log_settled(job, decision, outcome)
         if self._middleware.settles_observed:
             await self._middleware.after_settle(_settled(job, decision, outcome))
 
@@ -307,10 +309,25 @@ async def _ack_together(client: Client, verdicts: list[Verdict]) -> set[int]:
     connected): each is then settled on its own, as before."""
     acking = [v for v in verdicts if isinstance(v.decision, Ack | Cancel)]
     try:
-        await client.connection.ack_all([v.job.delivery for v in acking])
+        with settling("ack", lambda: _by_queue(acking)):
+            await client.connection.ack_all([v.job.delivery for v in acking])
     except Exception:
         return set()
     return {id(v) for v in acking}
+
+
+def _operation(decision: Decision) -> str:
+    """The settle's name in telemetry: ack, nak or term."""
+    return "nak" if isinstance(decision, Nak) else "term" if isinstance(decision, Dead) else "ack"
+
+
+def _by_queue(verdicts: list[Verdict]) -> dict[str, list[Mapping[str, str]]]:
+    """The settled messages' headers by queue (their trace context, for settle spans)."""
+    by_queue: dict[str, list[Mapping[str, str]]] = {}
+    for verdict in verdicts:
+        envelope = verdict.job.envelope
+        by_queue.setdefault(verdict.job.queue, []).append(envelope.headers if envelope else {})
+    return by_queue
 
 
 def _tid(job: Job) -> str:
@@ -346,51 +363,3 @@ def _groupable(job: Job, decision: Decision) -> bool:
     if task.limits is not None:  # limits: a per-key slot is released only once it settled
         return False
     return isinstance(decision, Ack | Nak | Cancel | Dead)
-
-
-def _log(job: Job, decision: Decision, outcome: Outcome | None) -> None:
-    """One line per settled task (successes at INFO, buffered; the rest at once)."""
-    if not log.isEnabledFor(logging.INFO if isinstance(decision, Ack) else logging.WARNING):
-        return
-    name = job.envelope.task if job.envelope else "?"
-    tid = job.envelope.id if job.envelope else f"seq {job.delivery.seq}"
-    took = time.monotonic() - job.started if job.started else 0.0
-    attempts = job.task.policy.attempts if job.task else 0
-    head = f"{name}[{tid}] attempt {job.attempt}/{attempts or '?'}"
-    # the line's fields for `--log-format json` (workers/logs.py SETTLED_KEYS order)
-    task = (name, tid, job.attempt, job.queue, took)
-    if isinstance(decision, Ack):
-        if not write_direct(log, f"succeeded {head} in {took:.3f}s"):
-            done = {BUFFERED: True, SETTLED: (*task, "succeeded", "")}
-            log.info("succeeded %s in %.3fs", head, took, extra=done)
-    elif isinstance(decision, Cancel):
-        ran = f" after {took:.3f}s" if took else " before it ran"
-        log.warning("cancelled %s%s", head, ran, extra={SETTLED: (*task, "cancelled", "")})
-    elif isinstance(decision, Nak):
-        error = outcome.error if isinstance(outcome, Failure) else None
-        retry: dict[str, object] = {SETTLED: (*task, "retried", "")}
-        if logging.getLogger().isEnabledFor(logging.INFO):  # -v: where it failed, too
-            retry[TRACE] = _trace(outcome)
-        log.warning("retry %s in %.1fs: %r", head, decision.delay, error, extra=retry)
-    elif isinstance(decision, Dead):
-        dead = {SETTLED: (*task, "dead", decision.reason), TRACE: _trace(outcome)}
-        why = _why(decision, outcome)
-        log.error("dead-lettered %s (%s): %s", head, decision.reason, why, extra=dead)
-
-
-def _trace(outcome: Outcome | None) -> str | None:
-    """The attempt's traceback as a worker's log shows it: the user's frames first, taskq's
-    folded into a line (the dead letter keeps them all: `taskq dlq show ID -v`)."""
-    trace = outcome.traceback if isinstance(outcome, Failure) else ""
-    if not trace:
-        return None
-    folded = fold(trace)
-    if folded is None:
-        return trace.rstrip()
-    return "\n".join(folded.text_lines("taskq dlq show ID -v shows them", lead=False))
-
-
-def _why(decision: Dead, outcome: Outcome | None) -> str:
-    if isinstance(outcome, Failure):
-        return f"{type(outcome.error).__name__}: {outcome.error}"
-    return decision.detail
