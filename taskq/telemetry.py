@@ -18,6 +18,7 @@ import contextlib
 import functools
 import os
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -117,6 +118,34 @@ QUEUE_WAIT = _meter.create_histogram(
     description="enqueue to start of the first attempt",
     explicit_bucket_boundaries_advisory=SECONDS_BUCKETS,
 )
+
+
+class FreeSlots:
+    """`taskq.worker.free_slots`: the slots of this process's workers not running an attempt
+    (Temporal's scale signal: a pool of workers with none free is saturated), read when a
+    reader collects. Workers watch themselves in while they run (`watch`, `forget`)."""
+
+    def __init__(self) -> None:
+        self._workers: weakref.WeakSet[Any] = weakref.WeakSet()  # each with `free_slots`
+        _meter.create_observable_gauge(
+            "taskq.worker.free_slots",
+            callbacks=[self._observe],
+            unit="{slot}",
+            description="worker slots not running an attempt",
+        )
+
+    def watch(self, worker: Any) -> None:
+        self._workers.add(worker)
+
+    def forget(self, worker: Any) -> None:
+        self._workers.discard(worker)
+
+    def _observe(self, _options: CallbackOptions) -> Iterable[Observation]:
+        workers = list(self._workers)
+        return [Observation(sum(w.free_slots for w in workers))] if workers else []
+
+
+FREE_SLOTS = FreeSlots()
 
 
 # The messaging semantic conventions' four metrics (docs/operations.md, "Telemetry"), with

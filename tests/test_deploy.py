@@ -113,11 +113,20 @@ def test_images_pin_the_tested_nats_server() -> None:
     assert images == [tag] * 4
 
 
-def test_k8s_has_worker_and_keda_scaler() -> None:
-    kinds = {d["kind"]: d for d in yaml.safe_load_all((DEPLOY / "k8s" / "worker.yaml").read_text())}
-    assert {"Deployment", "ScaledObject", "Secret"} <= set(kinds)
-    trigger = kinds["ScaledObject"]["spec"]["triggers"][0]
-    assert trigger["type"] == "nats-jetstream" and trigger["metadata"]["consumer"] == "default"
+def test_k8s_has_worker_exporter_and_keda_scaler_on_runnable() -> None:
+    """KEDA scales on the exporter's runnable gauge (not the NATS scaler's lag, which counts
+    retries waiting out their delay), and the exporter it reads is deployed beside."""
+    documents = list(yaml.safe_load_all((DEPLOY / "k8s" / "worker.yaml").read_text()))
+    kinds = {d["kind"] for d in documents}
+    assert {"Deployment", "ScaledObject", "Secret"} <= kinds
+    deployments = {d["metadata"]["name"]: d for d in documents if d["kind"] == "Deployment"}
+    (exporter,) = deployments["taskq-exporter"]["spec"]["template"]["spec"]["containers"]
+    assert exporter["args"][:2] == ["taskq", "exporter"]
+    (scaled,) = [d for d in documents if d["kind"] == "ScaledObject"]
+    (trigger,) = scaled["spec"]["triggers"]
+    assert trigger["type"] == "prometheus"
+    assert "taskq_queue_runnable" in trigger["metadata"]["query"]
+    assert scaled["spec"]["scaleTargetRef"]["name"] in deployments
 
 
 def test_compose_mounts_keep_the_include_paths() -> None:

@@ -82,6 +82,7 @@ def test_worker_and_exporter_metrics(
         _, errors = exporter.communicate(timeout=15)
     assert exporter.returncode == 0, errors
     by_task = {task: {"taskq_queue": "default", "taskq_task": task} for task in metered.app.tasks}
+    default_group = {"messaging_consumer_group_name": "default"}  # the conventions' labels
     assert value(samples, "taskq_tasks_started_total", **by_task["flaky"]) == 2
     assert value(samples, "taskq_tasks_succeeded_total", **by_task["flaky"]) == 1
     assert value(samples, "taskq_tasks_retried_total", **by_task["flaky"]) == 1
@@ -97,8 +98,13 @@ def test_worker_and_exporter_metrics(
     assert value(samples, "taskq_tasks_in_flight", taskq_queue="default") == 0
     assert value(samples, "taskq_lease_extensions_total", taskq_queue="default") >= 2
     assert value(samples, "process_resident_memory_bytes") > 0  # prometheus_client's own
+    assert value(samples, "taskq_worker_free_slots") == 16  # -c 16, every task settled
+    assert value(samples, "messaging_client_consumed_messages_total", **default_group) >= 5
     parked = {"taskq_prefix": prefix, "taskq_queue": "parked"}
     assert value(queues, "taskq_queue_waiting", **parked) == 1
+    assert value(queues, "taskq_queue_runnable", **parked) == 1  # the autoscaling signal
+    partition = {**parked, "taskq_partition": "none"}
+    assert value(queues, "taskq_queue_partition_runnable", **partition) == 1
     assert value(queues, "taskq_queue_stored", taskq_task="ok", **parked) == 1
     default = {"taskq_prefix": prefix, "taskq_queue": "default"}
     assert value(queues, "taskq_queue_dead_letters", **default) == 1

@@ -72,3 +72,31 @@ async def test_the_stream_listing_reads_every_page(app: App) -> None:
         assert {spec.name for spec in names} <= set(listed)
     finally:
         await asyncio.gather(*(connection.streams.delete(spec.name) for spec in names))
+
+
+async def test_runnable_is_what_a_new_worker_could_start_now(
+    app: App, nats_url: str, prefix: str
+) -> None:
+    """The autoscaling signal: tasks waiting count; a retry waiting out its delay, a task
+    scheduled for later and a paused queue's tasks do not (KEDA's NATS scaler counts the
+    first two as load)."""
+
+    @app.task(max_retries=2, backoff=3600, jitter=0)
+    async def later() -> None:
+        raise RuntimeError("retried in an hour")
+
+    @app.task
+    async def plain() -> None: ...
+
+    async with running_worker(app) as worker:
+        await later.enqueue()
+        await plain.options(countdown=3600).enqueue()  # held by the worker as a schedule
+        await wait_until(lambda: worker.stats["retried"] == 1 and worker.stats["held"] == 1)
+    for _ in range(3):
+        await plain.enqueue()
+    (stats,) = await snapshot(app, ["default"], 0)
+    assert (stats.runnable, stats.runnable_by_partition) == (3, {"none": 3})
+    await app.pause_queue("default")
+    out = run_cli(nats_url, prefix, "queues", "--json", "--interval", "0")
+    (shown,) = [q for q in json.loads(out.stdout) if q["queue"] == "default"]
+    assert (shown["waiting"], shown["runnable"], shown["paused"]) == (3, 0, True)

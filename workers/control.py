@@ -18,6 +18,7 @@ from taskq.records.heartbeats import (
     list_workers,
     started_record,
 )
+from taskq.telemetry import FREE_SLOTS
 from taskq.workers.cancel_watch import CancelWatch
 from taskq.workers.heartbeat import Heartbeat
 from taskq.workers.progress import ProgressWriter
@@ -40,6 +41,7 @@ class ControlPlane:
     ) -> None:
         self._client = client
         self._stats = stats
+        self._running = running
         self.cancels = CancelWatch(running.cancel)
         self.progress = ProgressWriter(client)
         self.record = record  # this worker as its heartbeat describes it
@@ -52,8 +54,15 @@ class ControlPlane:
         returning), then every interval."""
         await self.cancels.start(self._client)
         await self._heartbeat.first()
+        FREE_SLOTS.watch(self)
+
+    @property
+    def free_slots(self) -> int:
+        """The worker's slots not running an attempt (`taskq.worker.free_slots`)."""
+        return max(0, self.record.concurrency - len(self._running.jobs))
 
     async def close(self) -> None:
+        FREE_SLOTS.forget(self)
         await self._heartbeat.close()
         await self.cancels.close()
         await self.progress.close()

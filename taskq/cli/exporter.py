@@ -30,6 +30,11 @@ GAUGES: dict[str, tuple[str, Callable[[QueueStats], float]]] = {
         "tasks stored and not yet delivered: the consumer's lag (num_pending)",
         lambda s: s.waiting,
     ),
+    "runnable": (
+        "tasks a new worker could start now (waiting, not paused; not running, retry-delayed, "
+        "held or scheduled): the autoscaling signal",
+        lambda s: s.runnable,
+    ),
     "in_flight": (
         "tasks delivered and not yet settled: running, or waiting out a retry delay",
         lambda s: s.in_flight,
@@ -76,6 +81,7 @@ class QueueCollector:
             for task, count in s.per_task.items():
                 stored.add_metric([prefix, s.queue, task], float(count))
         yield stored
+        yield _by_partition(prefix, stats)
         yield from self._relays(prefix)
 
     def _relays(self, prefix: str) -> Iterator[Any]:
@@ -100,6 +106,22 @@ class QueueCollector:
             oldest.add_metric([prefix, report.relay], report.oldest_age)
         yield backlog
         yield oldest
+
+
+def _by_partition(prefix: str, stats: list[QueueStats]) -> Any:
+    """`taskq_queue_partition_runnable`: the runnable tasks of each partition stream ("none":
+    the queue's unpartitioned stream), for a Deployment that serves some partitions."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    gauge = GaugeMetricFamily(
+        "taskq_queue_partition_runnable",
+        "tasks a new worker could start now, per partition stream",
+        labels=["taskq_prefix", "taskq_queue", "taskq_partition"],
+    )
+    for s in stats:
+        for partition, count in s.runnable_by_partition.items():
+            gauge.add_metric([prefix, s.queue, partition], float(count))
+    return gauge
 
 
 @click.command()

@@ -35,6 +35,10 @@ class QueueStats:
     settled_per_s: float = 0.0
     paused: bool = False  # workers receive nothing new (`taskq queues pause`)
     paused_until: str | None = None  # when the pause ends by itself (None: until resumed)
+    # what a new worker could start now (the autoscaling signal): waiting, in a stream that
+    # is not paused; not what runs, waits out a retry delay, is held or scheduled
+    runnable: int = 0
+    runnable_by_partition: dict[str, int] = field(default_factory=dict)  # "0".., "none"
     held: int = 0  # tasks held back by a flow-control limit (docs/flow-control.md)
     delayed: int = 0  # tasks whose eta is to come, held by the server as schedules
     held_by: dict[str, int] = field(default_factory=dict)  # ...per limit: `rate_limit notify`
@@ -59,7 +63,11 @@ async def queue_stats(
     total = QueueStats(queue, 0, 0, 0, 0, 0, dead=await _dead(client, queue), partitions=0)
     for part in parts or [None]:
         with contextlib.suppress(NotFound):  # a stream removed meanwhile counts as empty
-            _add(total, await _stream_stats(client, queue, part))
+            one = await _stream_stats(client, queue, part)
+            _add(total, one)
+            runnable = 0 if one.paused else one.waiting
+            total.runnable_by_partition["none" if part is None else str(part)] = runnable
+    total.runnable = sum(total.runnable_by_partition.values())
     with contextlib.suppress(NotFound):  # no timer stream: no worker set the queue up yet
         total.held_by, total.delayed = await _timers(client, queue)
         total.held = sum(total.held_by.values())

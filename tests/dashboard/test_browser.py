@@ -150,6 +150,8 @@ async def test_pause_purge_and_resume_from_the_queue_page(
         for n in (1, 2, 3):
             await promo.enqueue(n)
         await expect(page.locator('dd[data-field="waiting"]')).to_have_text("4", timeout=10_000)
+        # paused: nothing a new worker could start (the autoscaling signal stays at 0)
+        await expect(page.locator('dd[data-field="runnable"]')).to_have_text("0")
         assert ran == [1]  # paused: nothing more ran
         await page.reload()
         await shoot(page, "queue")

@@ -86,7 +86,7 @@
   function updateQueue(queue, rates) {
     document.querySelectorAll("[data-queue]").forEach(function (box) {
       if (box.getAttribute("data-queue") !== queue.queue) return;
-      ["waiting", "in_flight", "held", "delayed", "redelivered", "dead", "consumers"].forEach(function (field) {
+      ["waiting", "runnable", "in_flight", "held", "delayed", "redelivered", "dead", "consumers"].forEach(function (field) {
         put(box.querySelector('[data-field="' + field + '"]'), number(queue[field]));
       });
       heldBy(box, queue);
