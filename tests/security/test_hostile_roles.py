@@ -304,3 +304,21 @@ async def test_the_operator_may_do_what_the_others_may_not(waiting: App) -> None
     client = await waiting.client()
     [stored] = await client.connection.messages.batch(waiting.names.queue_stream("default"), 1, 1)
     assert json.loads(stored.data)["task"] == "hold"  # a waiting task's body, read
+
+
+async def test_the_exporter_runs_as_the_worker_role_the_manifest_gives_it(
+    waiting: App, secure_server: EmbeddedServer
+) -> None:
+    """deploy/k8s/worker.yaml runs `taskq exporter` with the worker's credentials: what a
+    scrape reads (every queue's figures, runnable among them, and the relays' reports)
+    is readable by that role."""
+    from taskq.operate.queue_stats import snapshot
+    from taskq.records.relays import list_relays
+
+    exporter = role(secure_server, "worker")
+    try:
+        (default,) = [s for s in await snapshot(exporter, None, 0) if s.queue == "default"]
+        assert (default.waiting, default.runnable) == (3, 3)
+        assert await list_relays(exporter) == []
+    finally:
+        await exporter.aclose()

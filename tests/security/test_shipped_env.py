@@ -150,7 +150,11 @@ WORKERS = {
 def test_deploy_ships_environments_for_roles() -> None:
     """The checks below have something to check: the compose worker and the k8s worker,
     each with its provisioning step (the operator's: the worker role creates nothing)."""
-    assert set(WORKERS) == {"compose.yaml: worker", "k8s/worker.yaml: Deployment worker"}
+    assert set(WORKERS) == {
+        "compose.yaml: worker",
+        "k8s/worker.yaml: Deployment worker",
+        "k8s/worker.yaml: Deployment exporter",  # with the worker role
+    }
     assert {"compose.yaml: provision", "k8s/worker.yaml: Job provision"} <= set(
         ROLE_ENVIRONMENTS
     ), sorted(ROLE_ENVIRONMENTS)
