@@ -52,6 +52,7 @@ def environment() -> Environment:
         num=number,
         ago=ago,
         clock=clock,
+        took=took,
         epoch=epoch,
         quote=quote_part,
         short=short,
@@ -165,10 +166,21 @@ def ago(value: float | str | None) -> str:
 
 
 def clock(value: str | None) -> str:
-    """An RFC 3339 time as `2026-11-23 21:05:09Z` (seconds, UTC)."""
+    """An RFC 3339 time as `2026-11-23 21:05:09.042Z` (milliseconds, UTC: attempts a
+    fraction of a second apart read apart)."""
     if not value:
         return "-"
-    return parse_time(value).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    moment = parse_time(value).astimezone(UTC)
+    return f"{moment:%Y-%m-%d %H:%M:%S}.{moment.microsecond // 1000:03d}Z"
+
+
+def took(start: str | None, end: str | None) -> str:
+    """The time from `start` to `end` (RFC 3339): `0.042 s`, `12.500 s`, `3m12s`; `-` when
+    either is missing."""
+    if not start or not end:
+        return "-"
+    seconds = max(0.0, (parse_time(end) - parse_time(start)).total_seconds())
+    return f"{seconds:.3f} s" if seconds < 60 else ago(seconds)
 
 
 def epoch(value: float | None) -> str:

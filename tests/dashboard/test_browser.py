@@ -5,6 +5,7 @@ clicking, and checked on the server. The screenshots in docs/dashboard.md come f
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 
 import pytest
@@ -171,6 +172,36 @@ async def test_pause_purge_and_resume_from_the_queue_page(
         await asyncio.sleep(0.3)  # a negative: room for a purged task to (wrongly) run
         assert ran == [1, 2] and worker.stats["succeeded"] == 2
     assert not (await queue_stats(app, "mail")).paused
+
+
+async def test_a_task_s_attempts_read_apart_in_milliseconds(
+    app: App, dashboard: Dashboard, page: Page
+) -> None:
+    """Attempts a fraction of a second apart: each with its millisecond times, what it
+    took, and the delay before the next (the retry's backoff, 0.25 s)."""
+
+    @app.task(max_retries=2, backoff=0.25, jitter=0)
+    async def shaky() -> str:
+        if taskq.current().attempt < 3:
+            raise RuntimeError("not yet")
+        return "done"
+
+    async with running_worker(app):
+        handle = await shaky.enqueue()
+        assert await handle.result(timeout=30) == "done"
+    await page.goto(dashboard.url + f"/tasks/{handle.id}")
+    rows = page.locator("table.narrow tbody tr")
+    await expect(rows).to_have_count(3)
+    await expect(rows.nth(0).locator("time").first).to_have_text(MILLIS)
+    for n in range(3):
+        await expect(rows.nth(n).locator('[data-field="took"]')).to_have_text(SECONDS)
+    gaps = [await rows.nth(n).locator('[data-field="next-after"]').inner_text() for n in (0, 1)]
+    assert all(float(gap.split()[0]) >= 0.25 for gap in gaps), gaps
+    await expect(rows.nth(2).locator('[data-field="next-after"]')).to_have_text("-")
+
+
+MILLIS = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}Z$")
+SECONDS = re.compile(r"^\d+\.\d{3} s$")
 
 
 async def test_a_script_argument_is_inert(app: App, dashboard: Dashboard, page: Page) -> None:

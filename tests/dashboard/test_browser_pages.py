@@ -40,7 +40,7 @@ async def test_schedules_workflows_workers_and_the_keyboard(
         await page.goto(dashboard.url + "/schedules")
         rows = page.locator("table.schedules tbody tr")
         await expect(rows).to_have_count(2)
-        await expect(rows.filter(has_text="periodic.nightly")).to_contain_text("03:00:00Z")
+        await expect(rows.filter(has_text="periodic.nightly")).to_contain_text("03:00:00.000Z")
         await shoot(page, "schedules")
         await rows.filter(has_text=later.id).get_by_role("button", name="Remove…").click()
         await expect(page.locator(".question")).to_contain_text(later.id)

@@ -15,6 +15,7 @@ from taskq.cron import next_fire, parse_cron
 from taskq.dashboard.config import DashboardConfig, UnsafeBind, check_bind, is_loopback
 from taskq.dashboard.csrf import CsrfTokens
 from taskq.dashboard.hosts import HostRule, parse_allowed
+from taskq.dashboard.render import clock, took
 from taskq.dashboard.serve import address
 from taskq.errors import ConfigError
 from taskq.settings import Settings
@@ -59,6 +60,16 @@ def test_every_counts_from_when_the_schedule_was_stored() -> None:
 def test_bad_cron_is_a_config_error(bad: str) -> None:
     with pytest.raises(ConfigError):
         parse_cron(bad)
+
+
+def test_times_show_milliseconds_and_spans_read_apart() -> None:
+    """Four attempts within a second read as four times, each with what it took."""
+    assert clock("2026-11-29T16:00:01.042Z") == "2026-11-29 16:00:01.042Z"
+    assert clock("2026-11-29T17:00:01.5+01:00") == "2026-11-29 16:00:01.500Z"
+    assert clock(None) == clock("") == "-"
+    assert took("2026-11-29T16:00:01.042Z", "2026-11-29T16:00:01.100Z") == "0.058 s"
+    assert took("2026-11-29T16:00:01.000Z", "2026-11-29T16:03:13.000Z") == "3m12s"
+    assert took("2026-11-29T16:00:01.000Z", None) == "-"
 
 
 def test_only_loopback_binds_need_no_token() -> None:

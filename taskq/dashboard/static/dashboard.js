@@ -21,8 +21,10 @@
     return Math.floor(s / 86400) + "d" + Math.floor((s % 86400) / 3600) + "h";
   }
 
-  function clock(text) {
-    return text ? text.slice(0, 10) + " " + text.slice(11, 19) + "Z" : "-";
+  function clock(text) {  // as the server renders one: milliseconds, UTC
+    if (!text) return "-";
+    var millis = text.charAt(19) === "." ? (text.slice(19, 23) + "000").slice(0, 4) : ".000";
+    return text.slice(0, 10) + " " + text.slice(11, 19) + millis + "Z";
   }
 
   // Set a cell's text (the link inside it, if it has one), touching the DOM only on change.
