@@ -53,6 +53,7 @@ def environment() -> Environment:
         ago=ago,
         clock=clock,
         took=took,
+        bar=bar,
         epoch=epoch,
         quote=quote_part,
         short=short,
@@ -181,6 +182,25 @@ def took(start: str | None, end: str | None) -> str:
         return "-"
     seconds = max(0.0, (parse_time(end) - parse_time(start)).total_seconds())
     return f"{seconds:.3f} s" if seconds < 60 else ago(seconds)
+
+
+def bar(
+    start: str | None, end: str | None, first: str | None, last: str | None
+) -> tuple[int, int] | None:
+    """Where a step's `start`..`end` sits on its run's time axis `first`..`last` (None: now),
+    as (x, width) out of 1000: a bar drawn as an SVG rect (no inline style: the CSP allows
+    none). A step not started, or an axis of no length, has none."""
+    if not start or not first:
+        return None
+    origin = parse_time(first)
+    axis = ((parse_time(last) if last else datetime.now(UTC)) - origin).total_seconds()
+    if axis <= 0:
+        return None
+    begin = (parse_time(start) - origin).total_seconds()
+    finish = (parse_time(end) if end else datetime.now(UTC)) - origin
+    x = min(1000, max(0, round(1000 * begin / axis)))
+    width = min(1000 - x, max(2, round(1000 * (finish.total_seconds() - begin) / axis)))
+    return x, width
 
 
 def epoch(value: float | None) -> str:

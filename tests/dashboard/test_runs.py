@@ -24,6 +24,8 @@ from tests.conftest import cli, running_worker, wait_until
 from tests.dashboard.conftest import Dashboard, shoot
 from tests.roles import role, role_env
 
+MILLIS = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}Z$")
+TOOK = re.compile(r"^(\d+\.\d{3} s|\d+m\d\ds)$")
 HOSTILE = (
     "../../etc/passwd",
     "<script>alert(1)</script>",
@@ -274,6 +276,20 @@ async def test_a_waiting_run_signalled_from_its_page_finishes_live(
         await expect(page.locator("#live")).to_have_text("ended: succeeded")
         await expect(page.locator("form.signal")).to_have_count(0)
         assert await page.evaluate("window.__same_page") is True
+        # what a Temporal UI user reads at the top: input, result, end and duration; each
+        # step's time on the run's axis
+        await page.reload()
+        await expect(page.locator('[data-field="input"]')).to_contain_text('"p-7"')
+        await expect(page.locator('[data-field="result"]')).to_contain_text("shipped p-7")
+        await expect(page.locator('[data-field="ended"] time')).to_have_text(MILLIS)
+        await expect(page.locator('[data-field="duration"]')).to_have_text(TOOK)
+        shipped = page.locator('ol.timeline > li[data-step="1"]')
+        await expect(shipped.locator("[data-step-took]")).to_have_text(re.compile(r"^took "))
+        bar = shipped.locator("rect[data-step-bar]")
+        x = int(await bar.get_attribute("x") or -1)
+        width = int(await bar.get_attribute("width") or 0)
+        # the step began after the run's start (it waited for the signal) and ran till its end
+        assert 0 < x < 1000 and width > 0 and x + width <= 1000, (x, width)
     assert await app.workflow_run("p-7").result(timeout=5) == {
         "approval": {"by": "ann"},
         "tracking": "shipped p-7",

@@ -15,7 +15,7 @@ from taskq.cron import next_fire, parse_cron
 from taskq.dashboard.config import DashboardConfig, UnsafeBind, check_bind, is_loopback
 from taskq.dashboard.csrf import CsrfTokens
 from taskq.dashboard.hosts import HostRule, parse_allowed
-from taskq.dashboard.render import clock, took
+from taskq.dashboard.render import bar, clock, took
 from taskq.dashboard.serve import address
 from taskq.errors import ConfigError
 from taskq.settings import Settings
@@ -70,6 +70,14 @@ def test_times_show_milliseconds_and_spans_read_apart() -> None:
     assert took("2026-11-29T16:00:01.042Z", "2026-11-29T16:00:01.100Z") == "0.058 s"
     assert took("2026-11-29T16:00:01.000Z", "2026-11-29T16:03:13.000Z") == "3m12s"
     assert took("2026-11-29T16:00:01.000Z", None) == "-"
+
+
+def test_a_step_s_bar_sits_on_its_run_s_axis() -> None:
+    run = ("2026-11-29T16:00:00.000Z", "2026-11-29T16:00:10.000Z")
+    assert bar("2026-11-29T16:00:02.500Z", "2026-11-29T16:00:05.000Z", *run) == (250, 250)
+    assert bar("2026-11-29T16:00:09.999Z", "2026-11-29T16:00:10.000Z", *run) == (1000, 0)
+    assert bar(None, None, *run) is None  # not started
+    assert bar("2026-11-29T16:00:00.000Z", None, run[0], run[0]) is None  # no axis
 
 
 def test_only_loopback_binds_need_no_token() -> None:
