@@ -46,11 +46,37 @@ async def runs_list(request: Request) -> Response:
         found.to_dict(),
         title="Workflow runs",
         found=found,
+        nested=_nested(found.runs),
+        final=FINAL,
         fields=fields,
         states=STATES,
         older=link("/workflows", fields, before=found.older) if found.older else "",
         newest=link("/workflows", fields) if before else "",
     )
+
+
+def _nested(runs: list[Any], deepest: int = 8) -> list[tuple[int, Any]]:
+    """The page's runs with each child run right under its parent when both are on the
+    page (depth: how far in), in the page's order otherwise."""
+    ids = {listed.summary.id for listed in runs}
+    children: dict[str, list[Any]] = {}
+    for listed in runs:
+        parent = listed.summary.parent
+        if parent in ids and parent != listed.summary.id:
+            children.setdefault(parent, []).append(listed)
+    out: list[tuple[int, Any]] = []
+
+    def place(listed: Any, depth: int) -> None:
+        out.append((depth, listed))
+        if depth < deepest:  # a cycle of parents (hostile summaries) ends here
+            for child in children.pop(listed.summary.id, []):
+                place(child, depth + 1)
+
+    for listed in runs:
+        parent = listed.summary.parent
+        if not (parent in ids and parent != listed.summary.id):
+            place(listed, 0)
+    return out
 
 
 async def workflow_page(request: Request) -> Response:

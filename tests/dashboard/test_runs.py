@@ -366,3 +366,40 @@ async def test_a_raw_start_with_no_time_in_its_at_breaks_no_page(
 
 async def _waiting(run: Any) -> bool:
     return bool(await run.status() == "waiting")
+
+
+async def test_child_runs_sit_under_their_parent_with_end_and_duration(
+    app: App, dashboard: Dashboard
+) -> None:
+    """The runs list nests a child run right under its parent (both on the page), and says
+    when each ended and how long it took."""
+
+    @app.task
+    async def pack(item: str) -> str:
+        return f"packed {item}"
+
+    @app.workflow
+    async def box(wf: Workflow, item: str) -> str:
+        return str(await wf.run(pack, item))
+
+    @app.workflow
+    async def order(wf: Workflow, item: str) -> str:
+        return str(await wf.child(box, item))
+
+    @app.workflow
+    async def other(wf: Workflow) -> str:
+        return "other"
+
+    async with running_worker(app, concurrency=4):
+        parent = await order.options(key="o-9").start("lamp")
+        assert await parent.result(timeout=60) == "packed lamp"
+        last = await other.options(key="x-1").start()  # changed after the child: listed above it
+        assert await last.result(timeout=60) == "other"
+    page = await dashboard.http.get("/workflows")
+    rows = re.findall(r'<tr data-run="([^"]+)" data-depth="(\d)"', page.body)
+    ids = [run for run, _ in rows]
+    assert len(rows) == 3 and ids.index("o-9") + 1 == [d for _, d in rows].index("1"), rows
+    assert dict(rows)["o-9"] == "0" and dict(rows)["x-1"] == "0"
+    ended = re.findall(r'data-field="ended"><time', page.body)
+    took = re.findall(r'data-field="duration">(\d+\.\d{3} s)<', page.body)
+    assert len(ended) == len(took) == 3, (ended, took)
