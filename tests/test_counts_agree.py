@@ -65,11 +65,14 @@ async def _run(app: App, client: Client, nats_url: str, prefix: str, ran: list[f
             )
             await asyncio.sleep(0.2)
         await wait_until(lambda: len(ran) >= 18, timeout=60)  # the rates span some beats
-        shown = await cli(nats_url, prefix, "queues", "--json", "--interval", "1")
+        # over four beats: the copies are counted from the worker's beats, which do not
+        # start and end with the two reads of the stream; a longer window keeps that offset
+        # (a beat's copies at most, 3 here) a small part of the rate
+        shown = await cli(nats_url, prefix, "queues", "--json", "--interval", "4")
     assert shown.returncode == 0, shown.stderr
     (row,) = [q for q in json.loads(shown.stdout) if q["queue"] == "default"]
     # nothing was enqueued while it measured: held copies are no new tasks
-    assert row["enqueued_per_s"] < 0.5, row
+    assert row["enqueued_per_s"] < 1.0, row  # the held copies alone: 3/s
     # and what settled is what ran: 3/s (the limit, with its slack), not 3/s plus copies
     assert 1.5 <= row["settled_per_s"] <= 3.5, row
 
