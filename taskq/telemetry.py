@@ -27,7 +27,7 @@ from opentelemetry.environment_variables import (
     OTEL_PYTHON_METER_PROVIDER,
     OTEL_PYTHON_TRACER_PROVIDER,
 )
-from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.metrics import CallbackOptions, Histogram, Observation
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 
 from taskq.context import TaskContext
@@ -106,17 +106,18 @@ SECONDS_BUCKETS = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
     1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0, 3600.0,
 )  # fmt: skip
-RUN_TIME = _meter.create_histogram(
-    "taskq.task.duration",
-    unit="s",
-    description="run time of one attempt",
-    explicit_bucket_boundaries_advisory=SECONDS_BUCKETS,
-)
-QUEUE_WAIT = _meter.create_histogram(
-    "taskq.task.queue_wait",
-    unit="s",
-    description="enqueue to start of the first attempt",
-    explicit_bucket_boundaries_advisory=SECONDS_BUCKETS,
+
+
+def _seconds(name: str, description: str, buckets: Sequence[float]) -> Histogram:
+    """A histogram of seconds with its bucket boundaries."""
+    return _meter.create_histogram(
+        name, unit="s", description=description, explicit_bucket_boundaries_advisory=buckets
+    )
+
+
+RUN_TIME = _seconds("taskq.task.duration", "run time of one attempt", SECONDS_BUCKETS)
+QUEUE_WAIT = _seconds(
+    "taskq.task.queue_wait", "enqueue to start of the first attempt", SECONDS_BUCKETS
 )
 
 
@@ -162,12 +163,8 @@ def _sent_labels(queue: str) -> dict[str, str]:
 
 @functools.lru_cache(maxsize=1024)
 def _consumed_labels(queue: str) -> dict[str, str]:
-    return {
-        "messaging.system": SYSTEM,
-        "messaging.operation.name": "receive",
-        "messaging.destination.name": queue,
-        "messaging.consumer.group.name": queue,
-    }
+    receive = {"messaging.operation.name": "receive", "messaging.consumer.group.name": queue}
+    return {**_sent_labels(queue), **receive}
 
 
 SENT_MESSAGES = Tally(
@@ -181,17 +178,15 @@ CONSUMED_MESSAGES = Tally(
 )
 # the conventions' advised boundaries
 OPERATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10)
-OPERATION_DURATION = _meter.create_histogram(
+OPERATION_DURATION = _seconds(
     "messaging.client.operation.duration",
-    unit="s",
-    description="duration of a send (publish and its ack) or a settle (ack, nak, term)",
-    explicit_bucket_boundaries_advisory=OPERATION_BUCKETS,
+    "duration of a send (publish and its ack) or a settle (ack, nak, term)",
+    OPERATION_BUCKETS,
 )
-PROCESS_DURATION = _meter.create_histogram(
+PROCESS_DURATION = _seconds(
     "messaging.process.duration",
-    unit="s",
-    description="duration of processing one message (one attempt)",
-    explicit_bucket_boundaries_advisory=OPERATION_BUCKETS,
+    "duration of processing one message (one attempt)",
+    OPERATION_BUCKETS,
 )
 
 

@@ -72,16 +72,23 @@ class QueueCollector:
             for s in stats:
                 gauge.add_metric([prefix, s.queue], float(figure(s)))
             yield gauge
-        stored = GaugeMetricFamily(
-            "taskq_queue_stored",
-            "messages stored per task (waiting and in flight)",
-            labels=["taskq_prefix", "taskq_queue", "taskq_task"],
+        yield _per_queue(
+            prefix,
+            stats,
+            ("taskq_queue_stored", "messages stored per task (waiting and in flight)", "task"),
+            lambda s: s.per_task,
         )
-        for s in stats:
-            for task, count in s.per_task.items():
-                stored.add_metric([prefix, s.queue, task], float(count))
-        yield stored
-        yield _by_partition(prefix, stats)
+        yield _per_queue(
+            prefix,
+            stats,
+            (
+                "taskq_queue_partition_runnable",
+                "tasks a new worker could start now, per partition stream ('none': the "
+                "queue's unpartitioned stream), for a Deployment that serves some partitions",
+                "partition",
+            ),
+            lambda s: s.runnable_by_partition,
+        )
         yield from self._relays(prefix)
 
     def _relays(self, prefix: str) -> Iterator[Any]:
@@ -108,19 +115,23 @@ class QueueCollector:
         yield oldest
 
 
-def _by_partition(prefix: str, stats: list[QueueStats]) -> Any:
-    """`taskq_queue_partition_runnable`: the runnable tasks of each partition stream ("none":
-    the queue's unpartitioned stream), for a Deployment that serves some partitions."""
+def _per_queue(
+    prefix: str,
+    stats: list[QueueStats],
+    family: tuple[str, str, str],
+    counts: Callable[[QueueStats], dict[str, int]],
+) -> Any:
+    """A gauge family (name, help, the label below the queue: `taskq_<label>`) of a count
+    per queue and per key of `counts(stats)` (a task, a partition)."""
     from prometheus_client.core import GaugeMetricFamily
 
+    name, help_text, label = family
     gauge = GaugeMetricFamily(
-        "taskq_queue_partition_runnable",
-        "tasks a new worker could start now, per partition stream",
-        labels=["taskq_prefix", "taskq_queue", "taskq_partition"],
+        name, help_text, labels=["taskq_prefix", "taskq_queue", f"taskq_{label}"]
     )
     for s in stats:
-        for partition, count in s.runnable_by_partition.items():
-            gauge.add_metric([prefix, s.queue, partition], float(count))
+        for key, count in counts(s).items():
+            gauge.add_metric([prefix, s.queue, key], float(count))
     return gauge
 
 
