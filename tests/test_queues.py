@@ -100,3 +100,11 @@ async def test_runnable_is_what_a_new_worker_could_start_now(
     out = run_cli(nats_url, prefix, "queues", "--json", "--interval", "0")
     (shown,) = [q for q in json.loads(out.stdout) if q["queue"] == "default"]
     assert (shown["waiting"], shown["runnable"], shown["paused"]) == (3, 0, True)
+    header, row = run_cli(nats_url, prefix, "queues", "--interval", "0").stdout.splitlines()[:2]
+    assert (_cell(header, row, "WAITING"), _cell(header, row, "RUNNABLE")) == ("3", "0"), row
+
+
+def _cell(header: str, row: str, column: str) -> str:
+    """A right-aligned column's cell of a `taskq queues` row."""
+    end = header.index(column) + len(column)
+    return row[end - 8 : end].strip()

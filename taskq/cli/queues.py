@@ -34,16 +34,16 @@ def table(stats: list[QueueStats]) -> str:
     if not stats:
         return "no queues"
     lines = [
-        f"{'QUEUE':14} {'PAUSED':15} {'PARTS':>5} {'WAITING':>8} {'IN FLIGHT':>9} "
-        f"{'HELD':>6} {'DELAYED':>7} {'REDELIV':>7} {'PULLS':>5} {'DEAD':>6} {'IN/s':>8} "
-        f"{'DONE/s':>8} {'STORED':>10}  TASKS (stored)"
+        f"{'QUEUE':14} {'PAUSED':15} {'PARTS':>5} {'WAITING':>8} {'RUNNABLE':>8} "
+        f"{'IN FLIGHT':>9} {'HELD':>6} {'DELAYED':>7} {'REDELIV':>7} {'PULLS':>5} {'DEAD':>6} "
+        f"{'IN/s':>8} {'DONE/s':>8} {'STORED':>10}  TASKS (stored)"
     ]
     for s in stats:
         tasks = ", ".join(f"{t}={n}" for t, n in s.per_task.items()) or "-"
         lines.append(
             f"{s.queue[:14]:14} {paused_cell(s.paused, s.paused_until):15} {s.partitions:>5} "
-            f"{s.waiting:>8} {s.in_flight:>9} {s.held:>6} {s.delayed:>7} {s.redelivered:>7} "
-            f"{s.pulls_waiting:>5} {s.dead:>6} {s.enqueued_per_s:>8.1f} "
+            f"{s.waiting:>8} {s.runnable:>8} {s.in_flight:>9} {s.held:>6} {s.delayed:>7} "
+            f"{s.redelivered:>7} {s.pulls_waiting:>5} {s.dead:>6} {s.enqueued_per_s:>8.1f} "
             f"{s.settled_per_s:>8.1f} {size(s.bytes):>10}  {tasks[:60]}"
         )
         # which limits hold tasks back (docs/flow-control.md)
