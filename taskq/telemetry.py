@@ -312,12 +312,10 @@ def _settle_span(operation: str, queue: str, headers: Sequence[Headers]) -> Any:
         linked = trace.get_current_span(context).get_span_context()
         if linked.is_valid:
             links.append(Link(linked))
+    # the settle's metric attributes (operation name, destination, group), and its type
     attributes: dict[str, Any] = {
-        "messaging.system": SYSTEM,
+        **_consumer_labels(queue, operation, ""),
         "messaging.operation.type": "settle",
-        "messaging.operation.name": operation,
-        "messaging.destination.name": queue,
-        "messaging.consumer.group.name": queue,
     }
     if len(headers) > 1:
         attributes["messaging.batch.message_count"] = len(headers)

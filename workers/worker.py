@@ -43,10 +43,10 @@ from taskq.workers.setup import QueueSetup, described, prepare
 from taskq.workers.slots import Slots
 from taskq.workers.threads import TaskThreads
 from taskq.workers.timers import run_mover
+from taskq.workflows.janitor import run_janitor
 
 if TYPE_CHECKING:
     from taskq.workers.spark.session import SparkRuntime
-from taskq.workflows.janitor import run_janitor
 
 log = logging.getLogger("taskq.worker")
 
