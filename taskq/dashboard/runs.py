@@ -59,23 +59,32 @@ def _nested(runs: list[Any], deepest: int = 8) -> list[tuple[int, Any]]:
     """The page's runs with each child run right under its parent when both are on the
     page (depth: how far in), in the page's order otherwise."""
     ids = {listed.summary.id for listed in runs}
+
+    def parent_here(listed: Any) -> str | None:
+        parent = listed.summary.parent
+        return parent if parent in ids and parent != listed.summary.id else None
+
     children: dict[str, list[Any]] = {}
     for listed in runs:
-        parent = listed.summary.parent
-        if parent in ids and parent != listed.summary.id:
+        if (parent := parent_here(listed)) is not None:
             children.setdefault(parent, []).append(listed)
     out: list[tuple[int, Any]] = []
+    placed: set[int] = set()
 
     def place(listed: Any, depth: int) -> None:
+        if id(listed) in placed:  # met again through a cycle of parents
+            return
         out.append((depth, listed))
-        if depth < deepest:  # a cycle of parents (hostile summaries) ends here
+        placed.add(id(listed))
+        if depth < deepest:  # deeper ones are listed as roots below
             for child in children.pop(listed.summary.id, []):
                 place(child, depth + 1)
 
-    for listed in runs:
-        parent = listed.summary.parent
-        if not (parent in ids and parent != listed.summary.id):
-            place(listed, 0)
+    # the roots first, then any run no root led to (a cycle of parents in hostile summaries,
+    # or past `deepest`): every run is listed once
+    roots = [listed for listed in runs if parent_here(listed) is None]
+    for listed in roots + runs:
+        place(listed, 0)
     return out
 
 

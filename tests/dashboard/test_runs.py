@@ -403,3 +403,21 @@ async def test_child_runs_sit_under_their_parent_with_end_and_duration(
     ended = re.findall(r'data-field="ended"><time', page.body)
     took = re.findall(r'data-field="duration">(\d+\.\d{3} s)<', page.body)
     assert len(ended) == len(took) == 3, (ended, took)
+
+
+def test_runs_whose_parents_form_a_cycle_are_listed_all_the_same() -> None:
+    """Hostile summaries naming each other as parents (or a chain deeper than the nesting
+    goes) lose no run from the page: each is listed once."""
+    from types import SimpleNamespace
+
+    from taskq.dashboard.runs import _nested
+
+    def run(run_id: str, parent: str | None) -> SimpleNamespace:
+        return SimpleNamespace(summary=SimpleNamespace(id=run_id, parent=parent))
+
+    cycle = [run("a", "b"), run("b", "a"), run("c", None), run("d", "c")]
+    listed = _nested(cycle)
+    assert sorted(r.summary.id for _, r in listed) == ["a", "b", "c", "d"]
+    assert [(depth, r.summary.id) for depth, r in listed][:2] == [(0, "c"), (1, "d")]
+    deep = [run("r0", None)] + [run(f"r{n}", f"r{n - 1}") for n in range(1, 12)]
+    assert len(_nested(deep, deepest=3)) == 12
