@@ -22,8 +22,15 @@ from taskq.workers.spark.batcher import Call
 
 # PySpark's own retry policy, bounded: 5 retries from 50 ms by x4, at most 5 s apart
 RETRIES, FIRST_MS, FACTOR, LONGEST_MS = 5, 50, 4.0, 5000
-# the session is gone (server restarted, session released): a new one is needed
-LOST_CLASSES = ("INVALID_HANDLE.", "NO_ACTIVE_SESSION", "NO_ACTIVE_OR_DEFAULT_SESSION")
+# the session is gone (server restarted, session released): a new one is needed; a query
+# whose stream broke and whose reattach found its operation gone on the server (it
+# restarted) says RESPONSE_ALREADY_RECEIVED
+LOST_CLASSES = (
+    "INVALID_HANDLE.",
+    "NO_ACTIVE_SESSION",
+    "NO_ACTIVE_OR_DEFAULT_SESSION",
+    "RESPONSE_ALREADY_RECEIVED",
+)
 LOST_STATUS = {"UNAVAILABLE"}  # gRPC: the server did not answer
 SCHEMA_IN = "index long, call binary"
 SCHEMA_OUT = "index long, ok boolean, payload binary"
