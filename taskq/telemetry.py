@@ -229,6 +229,15 @@ def _attributes(envelope: Envelope, operation: str) -> dict[str, Any]:
     }
 
 
+def _carried(headers: Mapping[str, str]) -> Any:
+    """The context a message carries from where it was written, when nothing is traced
+    here (an outbox row relayed: the request that wrote it in its transaction); None: the
+    current one."""
+    if "traceparent" not in headers or trace.get_current_span().get_span_context().is_valid:
+        return None
+    return propagate.extract(headers)
+
+
 class Telemetry(Middleware):
     """Spans and metrics for every enqueue and every attempt, named as OpenTelemetry's
     messaging conventions name them: a `send <queue>` PRODUCER span per enqueue, a
@@ -240,6 +249,7 @@ class Telemetry(Middleware):
         if tracing():
             with _tracer.start_as_current_span(
                 f"send {envelope.queue}",
+                context=_carried(envelope.headers),
                 kind=SpanKind.PRODUCER,
                 attributes=_attributes(envelope, "send"),
             ):

@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
+import taskq
 from taskq import App, Workflow, chain
 from tests.conftest import HANG, ROOT, cli_argv, running_worker, wait_until
 
@@ -168,6 +169,49 @@ async def test_a_durable_runs_steps_join_the_trace_of_its_start(app: App) -> Non
     steps = [s for s in runs if s.attributes["taskq.task"] == "step"]
     assert len(steps) == 2 and len(runs) > 2  # the steps and the run's decisions
     assert {s.context.trace_id for s in runs} == {caller.get_span_context().trace_id}
+
+
+async def test_an_outbox_task_joins_the_trace_of_the_request_that_wrote_it(
+    app: App, tmp_path: Any
+) -> None:
+    """`enqueue_in` inside the request's span, committed, relayed later by a relay that
+    traces nothing of its own: the send span's parent is the request's span, the task's
+    process span is in the request's trace; the carried context is not left in the task's
+    meta. A row carrying a malformed context is published without one."""
+    from sqlalchemy import create_engine
+
+    from taskq.outbox.database import create_table
+    from tests.outbox.conftest import running_relay
+
+    SPANS.clear()
+    url = f"sqlite:///{tmp_path / 'app.db'}"
+    await create_table(url)
+    seen: list[dict[str, Any]] = []
+
+    @app.task
+    async def receipt(order: int) -> int:
+        seen.append(dict(taskq.current().meta))
+        return order
+
+    made = create_engine(url)
+    tracer = trace.get_tracer("tests")
+    with tracer.start_as_current_span("POST /orders") as request, made.begin() as db:
+        handle = receipt.enqueue_in(db, 7)
+    with made.begin() as db:  # a hostile row: a context that is no W3C traceparent
+        forged = receipt.options(meta={"taskq.trace": {"traceparent": "00-x\r\n-bad"}})
+        other = forged.enqueue_in(db, 8)
+    made.dispose()
+    async with running_worker(app), running_relay(app, url, poll=0.05):
+        assert await handle.result(timeout=HANG) == 7
+        assert await other.result(timeout=HANG) == 8
+    spans = SPANS.get_finished_spans()
+    trace_id = request.get_span_context().trace_id
+    sends = [s for s in spans if s.kind == SpanKind.PRODUCER and s.context.trace_id == trace_id]
+    assert len(sends) == 1 and sends[0].parent is not None
+    assert sends[0].parent.span_id == request.get_span_context().span_id
+    runs = [s for s in spans if s.kind == SpanKind.CONSUMER]
+    assert {s.context.trace_id == trace_id for s in runs} == {True, False}
+    assert all("taskq.trace" not in meta for meta in seen)
 
 
 def _linked(span: Any) -> set[int]:

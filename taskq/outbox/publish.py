@@ -6,6 +6,7 @@ published is dead-lettered with its reason instead of retried forever."""
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -18,11 +19,15 @@ from taskq.errors import BrokerError, DecodeError, PayloadTooLarge, TaskqError, 
 from taskq.flowcontrol.options import check_priority
 from taskq.ids import check_key
 from taskq.outbox.claim import Row
+from taskq.outbox.rows import TRACE_META
 from taskq.policy import DeadReason
 from taskq.records.envelope import Envelope, decode
 from taskq.topology.names import check_queue
 
 log = logging.getLogger("taskq.outbox")
+# what a row may carry as its request's trace context (W3C trace context; rows are hostile)
+TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
+TRACESTATE = re.compile(r"[\x20-\x7e]{1,512}")
 
 
 @dataclass
@@ -108,7 +113,7 @@ async def _placed(client: Client, app: App, row: Row) -> tuple[Envelope, str]:
             f"({client.settings.payload_limit})",
         )
     try:
-        envelope = decode(row.body, subject_task=None, msg_id=None, seq=0)
+        envelope = _traced(decode(row.body, subject_task=None, msg_id=None, seq=0))
         check_key(envelope.id, "task id")
     except (DecodeError, TaskqError) as exc:
         raise Unpublishable("undecodable", f"outbox row {row.id}: {exc}"[:500]) from None
@@ -132,6 +137,23 @@ async def _placed(client: Client, app: App, row: Row) -> tuple[Envelope, str]:
     part = await client.place_message(queue, envelope.id, row.partition_key)
     placed = client.placed(envelope, queue, part, task.lane, level)
     return placed, client.names.queue_stream(queue, part)
+
+
+def _traced(envelope: Envelope) -> Envelope:
+    """The envelope without the trace context its row carried in its meta, that context (if
+    well-formed) as its headers: the enqueue middleware continues the request's trace."""
+    carried = envelope.meta.get(TRACE_META)
+    if carried is None:
+        return envelope
+    meta = {k: v for k, v in envelope.meta.items() if k != TRACE_META}
+    headers: dict[str, str] = {}
+    if isinstance(carried, dict):
+        parent, state = carried.get("traceparent"), carried.get("tracestate")
+        if isinstance(parent, str) and TRACEPARENT.fullmatch(parent):
+            headers["traceparent"] = parent
+            if isinstance(state, str) and TRACESTATE.fullmatch(state):
+                headers["tracestate"] = state
+    return replace(envelope, meta=meta, headers={**envelope.headers, **headers})
 
 
 async def _dead_letter(client: Client, row: Row, exc: Unpublishable) -> None:

@@ -4,6 +4,7 @@ through a SQLAlchemy Connection or Session (sync or async) or a Django connectio
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +15,12 @@ from taskq.handle import TaskHandle
 from taskq.outbox.database import dialect_of
 from taskq.outbox.table import CHANNEL, TABLE, outbox
 from taskq.topology.names import check_queue
+from taskq.tracing import carry
+
+# the trace context of the request that wrote a row (its traceparent, tracestate), kept in
+# the body's meta under this key: the relay makes it the message's headers again
+# (taskq.outbox.publish), so the task's spans join the request's trace
+TRACE_META = "taskq.trace"
 
 if TYPE_CHECKING:
     from taskq.task import TaskCall
@@ -31,6 +38,9 @@ def row_of(call: TaskCall, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dic
             "NATS server, not in the transaction; use enqueue after the commit"
         )
     envelope = task.build_envelope(args, kwargs, opts)
+    context = carry({})  # nothing when no span runs (always, when tracing is off)
+    if context:
+        envelope = replace(envelope, meta={**envelope.meta, TRACE_META: context})
     queue = check_queue(opts.queue or task.queue)
     task.level(opts.priority)  # a per-call priority a lane refuses, refused now
     return {
