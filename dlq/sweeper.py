@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections import defaultdict
 
 from taskq.client import Client
 from taskq.dlq.record import ErrorInfo, make_record
@@ -24,10 +25,13 @@ from taskq.retrying import retry_transient
 from taskq.topology.specs import events_consumer
 
 log = logging.getLogger("taskq.dlq")
+# (queue, task, verdict) -> run times: the worker's history feed (workers/history.py)
+Swept = defaultdict[tuple[str, str, str], list[float]]
 
 
-async def run_sweeper(client: Client, stopping: asyncio.Event) -> None:
-    """Sweep advisories until `stopping` is set; never raises."""
+async def run_sweeper(client: Client, stopping: asyncio.Event, swept: Swept | None = None) -> None:
+    """Sweep advisories until `stopping` is set; never raises. Each task moved to the DLQ
+    is noted in `swept` (the worker's history feed: a dead letter of its queue)."""
     names, connection = client.names, client.connection
     try:
         await retry_transient(
@@ -42,7 +46,7 @@ async def run_sweeper(client: Client, stopping: asyncio.Event) -> None:
         while not stopping.is_set():
             try:
                 async for advisory in puller.stream(16, 1.0):
-                    await _sweep_guarded(client, advisory)
+                    await _sweep_guarded(client, advisory, swept)
             except TaskqError as exc:
                 log.warning("sweeper: %s", exc)
                 await asyncio.sleep(client.settings.timings.loop_retry)
@@ -63,10 +67,10 @@ GIVE_UP_AFTER = 3
 RETRY_DELAY = 30.0
 
 
-async def _sweep_guarded(client: Client, advisory: Delivery) -> None:
+async def _sweep_guarded(client: Client, advisory: Delivery, swept: Swept | None) -> None:
     """`sweep_one`, settling the advisory (see above) when it raises anything untyped."""
     try:
-        await sweep_one(client, advisory)
+        await sweep_one(client, advisory, swept)
     except TaskqError:
         raise
     except Exception as exc:
@@ -98,7 +102,7 @@ def _pointed_at(data: bytes) -> str:
         return "an unreadable advisory"
 
 
-async def sweep_one(client: Client, advisory: Delivery) -> None:
+async def sweep_one(client: Client, advisory: Delivery, swept: Swept | None = None) -> None:
     """Dead-letter the message one MAX_DELIVERIES advisory points at, then ack it."""
     try:
         event = json.loads(advisory.data)
@@ -110,18 +114,21 @@ async def sweep_one(client: Client, advisory: Delivery) -> None:
     try:
         stored = await client.connection.messages.get(stream, seq)
         if stored is not None:
-            await _move(client, stream, stored, deliveries)
+            queue = await _move(client, stream, stored, deliveries)
+            if queue is not None and swept is not None:
+                swept[(queue, "", "f")].append(-1.0)  # dead-lettered: no run time known
     except TransientError:
         await advisory.nak(2.0)  # try again shortly; every step is idempotent
         return
     await advisory.ack()
 
 
-async def _move(client: Client, stream: str, stored: StoredMessage, deliveries: int) -> None:
-    """Write the `crashed` record of a stored task message (acknowledged), then delete it."""
+async def _move(client: Client, stream: str, stored: StoredMessage, deliveries: int) -> str | None:
+    """Write the `crashed` record of a stored task message (acknowledged), then delete it;
+    its queue (None: not a task message, left alone)."""
     parsed = client.names.parse_queue_subject(stored.subject)
     if parsed is None:  # a schedule or foreign subject: not a task message
-        return
+        return None
     queue, subject_task = parsed
     connection = client.connection
     # a claim-checked task's dead letter keeps its body, not a reference to its object
@@ -153,3 +160,4 @@ async def _move(client: Client, stream: str, stored: StoredMessage, deliveries: 
     await connection.messages.delete(stream, stored.seq)
     await connection.release_claim(stored.data, stored.subject, stored.headers)
     log.error("swept %s[%s] into the DLQ after %d deliveries", record.task, record.id, deliveries)
+    return queue

@@ -20,11 +20,12 @@ from taskq.habits import unknown_options
 from taskq.handle import TaskHandle
 from taskq.hooks import Hook, Hooks
 from taskq.middleware import Chain
-from taskq.operate import queue_control, task_list
+from taskq.operate import history, queue_control, task_list
 from taskq.operate.queue_control import QueuePause
 from taskq.policy import RetryPolicy
 from taskq.portal import Portal
 from taskq.records.firings import check_catch_up
+from taskq.records.history import Window
 from taskq.records.schedules import Periodic, expression
 from taskq.settings import Settings
 from taskq.task import CallOptions, Task, TaskSpec
@@ -259,6 +260,13 @@ class App:
         """Remove the tasks `queue` holds (only `task`'s, if given); returns how many."""
         return await queue_control.purge_queue(self, queue, task)
 
+    async def history(
+        self, *, queue: str | None = None, task: str | None = None, span: str = "1h"
+    ) -> list[Window]:
+        """What settled per window over the last hour (`1h`) or day (`24h`), for every queue,
+        `queue` or the task named `task` (`taskq history`; taskq.operate.history)."""
+        return await history.history(self, queue=queue, task=task, span=span)
+
     async def recent_tasks(
         self,
         *,
@@ -351,14 +359,8 @@ def _check_flow(task: Task[Any, Any], duplicate_window: float) -> None:
 
 
 _POLICY_FIELDS = frozenset(f.name for f in fields(RetryPolicy))
-_RUN_FIELDS = frozenset(f.name for f in fields(TaskSpec)) - {
-    "name",
-    "queue",
-    "policy",
-    "executor",
-    "batch",
-    "middleware_options",
-}
+_SPEC_OWN = ("name", "queue", "policy", "executor", "batch", "middleware_options")
+_RUN_FIELDS = frozenset(f.name for f in fields(TaskSpec)) - set(_SPEC_OWN)
 # every option `@app.task` takes itself: no middleware may declare one of these
 TASK_OPTIONS = _POLICY_FIELDS | _RUN_FIELDS | {"name", "queue", "executor", "partitions"}
 
@@ -390,11 +392,6 @@ def _spec(
     run = {k: v for k, v in options.items() if k in _RUN_FIELDS}
     extra = MappingProxyType({k: v for k, v in options.items() if k in declared})
     return TaskSpec(
-        name,
-        queue,
-        RetryPolicy(**policy),
-        executor=executor,
-        batch=batch,
-        middleware_options=extra,
-        **run,
-    )
+        name, queue, RetryPolicy(**policy), executor=executor, batch=batch,
+        middleware_options=extra, **run,
+    )  # fmt: skip

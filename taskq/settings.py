@@ -37,6 +37,7 @@ ENV_FIELDS: dict[str, str] = {
     "TASKQ_REPLICAS": "replicas",
     "TASKQ_RESULTS_PARTITIONS": "results_partitions",
     "TASKQ_WORKFLOWS_MAX_BYTES": "workflows_max_bytes",
+    "TASKQ_HISTORY_MAX_WINDOWS": "history_max_windows",
     "TASKQ_UNKNOWN_TASK_GRACE": "unknown_task_grace",
     "TASKQ_HEARTBEAT": "heartbeat",
     "TASKQ_TIMINGS": "timings",
@@ -89,6 +90,10 @@ class Settings(BaseModel):
         if 0 < value < 64 * 1024**2:
             raise ValueError("workflows_max_bytes is 0 (no bound) or at least 64 MiB")
         return value
+
+    # the history's windows, all of them, at most (taskq.records.history): past it the
+    # oldest go first. ~190 B each: 350,000 is ~65 MiB, a day of ~540 series busy all day
+    history_max_windows: int = Field(default=350_000, ge=1000)
 
     # seconds a task no worker of its queue knows (a rolling deploy's new task, another
     # app's on a shared queue) keeps coming back for one that does, before its dead letter

@@ -35,6 +35,8 @@ class Timings(BaseModel):
     reconnect_wait: float = Field(default=0.5, gt=0)
     # a worker's loop that failed (a fetch, a timer move) tries again after this
     loop_retry: float = Field(default=0.5, gt=0)
+    # a worker adds what it settled to the history's windows this often (taskq.records.history)
+    history_every: float = Field(default=10.0, gt=0)
 
     @classmethod
     def short(cls) -> Timings:
@@ -49,4 +51,5 @@ class Timings(BaseModel):
             janitor_every=5.0,
             reconnect_wait=0.1,
             loop_retry=0.1,
+            history_every=0.5,
         )

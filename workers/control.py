@@ -21,6 +21,7 @@ from taskq.records.heartbeats import (
 from taskq.telemetry import FREE_SLOTS
 from taskq.workers.cancel_watch import CancelWatch
 from taskq.workers.heartbeat import Heartbeat
+from taskq.workers.history import HistoryFeed
 from taskq.workers.progress import ProgressWriter
 from taskq.workers.running import RunningJobs
 
@@ -48,12 +49,14 @@ class ControlPlane:
         self._heartbeat = Heartbeat(
             client, record, self._counts, running.listed, problem, self._tallies
         )
+        self.history = HistoryFeed(client)  # what this worker settled, by window
 
     async def start(self) -> None:
         """Follow cancel requests (loaded before returning), beat once (stored before
         returning), then every interval."""
         await self.cancels.start(self._client)
         await self._heartbeat.first()
+        self.history.start()
         FREE_SLOTS.watch(self)
 
     @property
@@ -63,6 +66,7 @@ class ControlPlane:
 
     async def close(self) -> None:
         FREE_SLOTS.forget(self)
+        await self.history.close()
         await self._heartbeat.close()
         await self.cancels.close()
         await self.progress.close()

@@ -29,6 +29,7 @@ class Job:
     envelope: Envelope | None = None
     task: Task[Any, Any] | None = None
     started: float = 0.0
+    ran: float = -1.0  # seconds its attempt ran (-1: none ran): the history's run times
     context: TaskContext | None = None
     running: asyncio.Task[Any] | None = None  # set while the attempt runs: what a cancel stops
     handler: asyncio.Task[Any] | None = None  # the worker's task handling this delivery

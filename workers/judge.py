@@ -233,6 +233,7 @@ class Judge:
                 job.running.uncancel()
             outcome = Failure(TaskCancelled(job.envelope.id))
         finally:
+            job.ran = time.monotonic() - job.started
             job.running = None
             self._running.jobs.pop(key, None)
         if job.cancel_requested:  # code that could not be interrupted ended on its own

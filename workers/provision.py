@@ -18,7 +18,7 @@ from taskq.flowcontrol.options import DEFAULT_PRIORITY, PRIORITIES
 from taskq.records.cancels import ensure_cancels
 from taskq.records.heartbeats import ensure_workers
 from taskq.records.progress import ensure_progress
-from taskq.topology.specs import events_consumer, results_buckets, runs_bucket
+from taskq.topology.specs import events_consumer, history_stream, results_buckets, runs_bucket
 from taskq.workers.setup import QueueSetup, ensure_level, prepare
 from taskq.workflows.canvas import ensure_flows
 from taskq.workflows.store import ensure_runs, ensure_workflows
@@ -46,8 +46,8 @@ class Provisioned:
 async def provision(app: App, client: Client, queues: list[str]) -> Provisioned:
     """Create (or bring up to date) what a worker of `queues` creates at start-up, plus
     what it would create later on first use: every priority level's consumer, the dead
-    letter sweeper's consumer, and the workflow, worker heartbeat, progress, cancel and
-    large-body buckets."""
+    letter sweeper's consumer, the history's stream, and the workflow, worker heartbeat,
+    progress, cancel and large-body buckets."""
     setups = list((await prepare(app, client, queues)).values())
     for main in [s for s in setups if s.lane is None]:
         setups += [
@@ -57,13 +57,14 @@ async def provision(app: App, client: Client, queues: list[str]) -> Provisioned:
         ]
     names = client.names
     await client.connection.streams.ensure_consumer(events_consumer(names))
+    await client.connection.streams.ensure(history_stream(names, client.settings))
     await _buckets(app, client)
     blobs = await client.connection.claims.provision()
     return Provisioned(
         queues=list(queues),
         streams=sorted(
             {s.stream for s in setups}
-            | {names.dlq_stream, names.events_stream, names.limits_stream}
+            | {names.dlq_stream, names.events_stream, names.limits_stream, names.history_stream}
             | ({names.workflows_stream} if app.workflows else set())
         ),
         consumers=sorted(_consumers(setups) | {f"{names.events_stream} {names.events_consumer}"}),

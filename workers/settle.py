@@ -40,6 +40,7 @@ from taskq.records.heartbeats import SETTLED_IN
 from taskq.retrying import retry_transient
 from taskq.telemetry import settling
 from taskq.workers.admission import Admission
+from taskq.workers.history import FAILED, RETRIED, SUCCEEDED, Pending
 from taskq.workers.job import Job
 from taskq.workers.lease import Leases
 from taskq.workers.progress import ProgressWriter
@@ -76,8 +77,10 @@ class Settler:
         window: int = WINDOW,
         running: RunningJobs | None = None,
         leases: Leases | None = None,
+        history: Pending | None = None,
     ) -> None:
         self.client = client
+        self._history = history  # run times by (queue, task, verdict): workers/history.py
         self._running = running or RunningJobs()  # notes outcomes the server would not store
         self._leases = leases or Leases()  # held by the judge, released once settled here
         self.settling: set[tuple[str, int]] = set()  # grouped messages (stream, seq) unsettled
@@ -253,15 +256,22 @@ class Settler:
     async def _settled(self, verdict: Verdict) -> None:
         """Count, log and tell `after_settle` of a verdict whose message is settled."""
         job, decision, outcome = verdict.job, verdict.decision, verdict.outcome
+        kind = ""
         if isinstance(decision, Ack):
             self.stats["succeeded"] += 1
+            kind = SUCCEEDED
         elif isinstance(decision, Nak):
             self.stats["retried"] += 1
+            kind = RETRIED
         elif isinstance(decision, Cancel):
             self.stats[decision.state] += 1
         elif isinstance(decision, Dead):
             self.stats["dead"] += 1
             self.stats[f"dead:{decision.reason}"] += 1
+            kind = FAILED
+        if kind and self._history is not None:  # a registered task's name, never a message's
+            task = job.task.name if job.task is not None else ""
+            self._history[(job.queue, task, kind)].append(job.ran)
         if not isinstance(decision, Nak):  # its task has its end: `taskq queues`' DONE/s
             self.stats[f"{SETTLED_IN}{job.queue}"] += 1
         if log.isEnabledFor(logging.INFO if isinstance(decision, Ack) else logging.WARNING):

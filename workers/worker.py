@@ -145,7 +145,8 @@ class Worker:
         loops.append(asyncio.create_task(durability_notice(client, monitor, self._stopping)))
         if self.sweeper:
             # Every worker sweeps crash-looped messages on one shared durable consumer.
-            loops.append(asyncio.create_task(run_sweeper(client, self._stopping)))
+            swept = parts.control.history.pending
+            loops.append(asyncio.create_task(run_sweeper(client, self._stopping, swept)))
         if self.app.workflows:  # journal subjects of ids that never started a run
             loops.append(asyncio.create_task(run_janitor(client, self._stopping)))
         self._ready.set()
@@ -184,6 +185,7 @@ class Worker:
             control.progress,
             running=running,
             leases=self._leases,
+            history=control.history.pending,
         )
         return _Parts(admission, control, judge, settler)
 

@@ -40,6 +40,7 @@ COMMANDS = {  # name: where its click command is (module:attribute)
     "doctor": "taskq.cli.doctor:doctor",
     "provision": "taskq.cli.provision:provision",
     "outbox": "taskq.cli.outbox:outbox",
+    "history": "taskq.cli.history:history",
 }
 
 

@@ -14,7 +14,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from taskq.client import Client
-from taskq.dashboard import dead, overview, queues, runs, schedules, tasks
+from taskq.dashboard import dead, history, overview, queues, runs, schedules, tasks
 from taskq.dashboard.config import DashboardConfig, DashboardError
 from taskq.dashboard.gate import Gate, login, login_form, refuse
 from taskq.dashboard.render import API, environment
@@ -41,6 +41,7 @@ PAGES = (
     ("/dlq", dead.dlq_page),
     ("/dlq/{seq:int}", dead.record_page),
     ("/schedules", schedules.schedules_page),
+    ("/history", history.history_page),
 )
 ACTIONS = (
     ("/queues/{queue}/pause", queues.pause),

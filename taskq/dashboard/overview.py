@@ -6,11 +6,13 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from taskq.dashboard.history import charts_for
 from taskq.dashboard.live import event_stream, queue_events, queues_of
 from taskq.dashboard.render import respond
 from taskq.dashboard.shared import client_of, url
 from taskq.dashboard.tasks import is_run
 from taskq.operate.queue_stats import snapshot
+from taskq.records.clock import format_epoch
 from taskq.records.heartbeats import list_workers
 from taskq.records.relays import list_relays
 
@@ -21,10 +23,12 @@ async def overview(request: Request) -> Response:
     stats = await snapshot(client, None, 0)
     workers = await list_workers(client)
     relays = await list_relays(client)  # outbox relays, when any reports (docs/outbox.md)
+    history = await charts_for(client)  # every queue's last hour, kept by the server
     data = {
         "queues": [s.to_dict() for s in stats],
         "workers": [w.to_dict() for w in workers],
         "outbox": [r.to_dict() for r in relays],
+        "history": history.total.to_dict() | {"start": format_epoch(history.first)},
     }
     return respond(
         request,
@@ -34,6 +38,7 @@ async def overview(request: Request) -> Response:
         queues=stats,
         workers=workers,
         relays=relays,
+        history=history,
         events="/events/queues",
     )
 

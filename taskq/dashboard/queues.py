@@ -8,6 +8,7 @@ from starlette.responses import Response
 
 from taskq.dashboard.forms import duration, text
 from taskq.dashboard.gate import checked_form
+from taskq.dashboard.history import charts_for, task_names
 from taskq.dashboard.render import ask, done, respond
 from taskq.dashboard.shared import client_of, param, url
 from taskq.dlq.browse import Filters
@@ -29,6 +30,7 @@ async def queue_page(request: Request) -> Response:
     client, queue = client_of(request), param(request, "queue")
     stats = await queue_stats(client, queue, await queue_parts(client, queue))
     failures = (await dead_page(client, Filters(queue=queue), limit=RECENT)).records
+    history = await charts_for(client, queue)
     data = {"queue": stats.to_dict(), "recent_failures": [r.to_dict() for r in failures]}
     return respond(
         request,
@@ -37,6 +39,8 @@ async def queue_page(request: Request) -> Response:
         title=f"Queue {queue}",
         stats=stats,
         failures=failures,
+        history=history,
+        names=sorted(set(stats.per_task) | set(await task_names(client, queue))),
         events=f"/events/queues?queue={queue}",
     )
 

@@ -54,6 +54,7 @@ def environment() -> Environment:
         clock=clock,
         took=took,
         bar=bar,
+        runtime=runtime,
         epoch=epoch,
         quote=quote_part,
         short=short,
@@ -201,6 +202,13 @@ def bar(
     x = min(1000, max(0, round(1000 * begin / axis)))
     width = min(1000 - x, max(2, round(1000 * (finish.total_seconds() - begin) / axis)))
     return x, width
+
+
+def runtime(seconds: float | None) -> str:
+    """A run time as the history shows it: `0.8 ms`, `12.3 ms`, `1.25 s`; `-` for none."""
+    if seconds is None:
+        return "-"
+    return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 
 def epoch(value: float | None) -> str:

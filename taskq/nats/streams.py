@@ -352,6 +352,7 @@ def stream_config(spec: StreamSpec) -> api.StreamConfig:
         discard_new_per_subject=spec.refuse_when_full,
         max_msg_size=spec.max_msg_size,
         max_bytes=spec.max_bytes,
+        max_msgs=spec.max_msgs,
         allow_direct=True,
     )
 

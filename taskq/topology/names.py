@@ -343,3 +343,18 @@ class Names:
     @property
     def limits_filter(self) -> str:
         return f"{self.prefix}.limit.>"
+
+    # history (taskq.records.history): one window of one series at one resolution per subject
+    @property
+    def history_stream(self) -> str:
+        return f"{self._up}_HISTORY"
+
+    def history_subject(self, resolution: str, series: str, index: int | str) -> str:
+        """A window's subject: resolution `f` or `c`, the window's number (its start over
+        its length; `*` in a filter), then the series last (`a`, `q.<queue>`, `t.<task>`:
+        a task name may span tokens)."""
+        return f"{self.prefix}.h.{resolution}.{index}.{series}"
+
+    @property
+    def history_filter(self) -> str:
+        return f"{self.prefix}.h.>"

@@ -36,6 +36,8 @@ class StreamSpec:
     refuse_when_full: bool = False
     max_msg_size: int = -1  # bytes one message may have, at most (-1: the server's max)
     max_bytes: int = -1  # bytes the stream holds, at most (-1: no bound of its own)
+    # messages it holds, at most (-1: no bound): unlike max_bytes, reserves no storage
+    max_msgs: int = -1
     atomic: bool = False  # atomic batch publishes (ADR-50): bulk enqueue, one fsync a batch
 
 
@@ -306,6 +308,32 @@ def limits_stream(names: Names, settings: Settings) -> StreamSpec:
         max_msgs_per_subject=1,
         description="taskq flow control: windows, slots, declared limits",
     )
+
+
+def history_stream(names: Names, settings: Settings) -> StreamSpec:
+    """The history's windows (taskq.records.history): one message per subject, each kept
+    for its resolution's span by its own TTL, the whole bounded by `history_max_windows`
+    (the oldest windows go first) and each window's size. A bound in messages, not bytes:
+    nats-server reserves a stream's max_bytes against its store when it makes the stream
+    (one per prefix would take 64 MiB each from every server's budget, and a small store
+    would refuse it)."""
+    return StreamSpec(
+        name=names.history_stream,
+        subjects=(names.history_filter,),
+        retention="limits",
+        replicas=settings.replicas,
+        duplicate_window=settings.duplicate_window,
+        msg_ttl=True,
+        max_msgs_per_subject=1,
+        max_msgs=settings.history_max_windows,
+        max_msg_size=HISTORY_MAX_RECORD,
+        max_age=HISTORY_MAX_AGE,
+        description="taskq history: tasks settled and run times, by window",
+    )
+
+
+HISTORY_MAX_AGE = 90000.0  # a day and an hour: past any window's own TTL
+HISTORY_MAX_RECORD = 4096  # bytes a window's record may take (taskq.records.history.MAX_RECORD)
 
 
 RATE_HORIZON = 86400.0  # rate-limited starts reserved at most this far ahead (seconds)

@@ -54,6 +54,7 @@ async def test_a_dns_rebinding_page_can_neither_read_nor_act(
     http = dashboard.http
     rebound = f"attacker.example:{port_of(dashboard)}"
     reads = ["/", "/api/", "/queues/mail", "/api/dlq", "/login", "/static/dashboard.js"]
+    reads += ["/history?task=send", "/api/history?queue=mail"]  # the history: charts, windows
     for path in [*reads, "/events/queues"]:
         reply = await http.get(path, host=rebound)
         assert reply.status == 400, (path, reply.status)

@@ -119,6 +119,7 @@ PRODUCER_MAY_NOT_PUBLISH = [
     "taskq.limit.slot.k.hold",  # taking a per-key slot
     "taskq.limit.claim.t.hold",
     "taskq.limit.rate._all.hold",  # a rate limit's record of planned starts
+    "taskq.h.f.1.a",  # a history window (forged counts on every dashboard)
     "$O.TASKQ_BLOBS.M.anything",  # the object store lets any writer purge it
     "$JS.API.STREAM.DELETE.TASKQ_Q_DEFAULT",
     "$JS.API.STREAM.PURGE.TASKQ_Q_DEFAULT",
