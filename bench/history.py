@@ -103,20 +103,8 @@ def page_times(base: str, path: str, requests: int) -> tuple[float, float]:
 
 
 async def pages(url: str, prefix: str, requests: int) -> dict[str, tuple[float, float]]:
-    board = spawn(
-        [
-            sys.executable,
-            "-m",
-            "taskq",
-            "--url",
-            url,
-            "--prefix",
-            prefix,
-            "dashboard",
-            "--port",
-            "0",
-        ]
-    )
+    argv = ["--url", url, "--prefix", prefix, "dashboard", "--port", "0"]
+    board = spawn([sys.executable, "-m", "taskq", *argv])
     try:
         base = ""
         assert board.stdout is not None

@@ -7,7 +7,7 @@ out, so the whole intended config is always sent.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from taskq.errors import ConfigError
@@ -298,15 +298,21 @@ def runs_bucket(names: Names, settings: Settings) -> BucketSpec:
 def limits_stream(names: Names, settings: Settings) -> StreamSpec:
     """Flow-control records (uniqueness and throttle windows, concurrency slots, declared
     limits): one message per subject, each with its own TTL (ADR-43)."""
+    description = "taskq flow control: windows, slots, declared limits"
+    return _records(names.limits_stream, names.limits_filter, settings, description)
+
+
+def _records(name: str, subjects: str, settings: Settings, description: str) -> StreamSpec:
+    """A stream of records: one message per subject, each with its own TTL."""
     return StreamSpec(
-        name=names.limits_stream,
-        subjects=(names.limits_filter,),
+        name=name,
+        subjects=(subjects,),
         retention="limits",
         replicas=settings.replicas,
         duplicate_window=settings.duplicate_window,
         msg_ttl=True,
         max_msgs_per_subject=1,
-        description="taskq flow control: windows, slots, declared limits",
+        description=description,
     )
 
 
@@ -317,18 +323,13 @@ def history_stream(names: Names, settings: Settings) -> StreamSpec:
     nats-server reserves a stream's max_bytes against its store when it makes the stream
     (one per prefix would take 64 MiB each from every server's budget, and a small store
     would refuse it)."""
-    return StreamSpec(
-        name=names.history_stream,
-        subjects=(names.history_filter,),
-        retention="limits",
-        replicas=settings.replicas,
-        duplicate_window=settings.duplicate_window,
-        msg_ttl=True,
-        max_msgs_per_subject=1,
+    description = "taskq history: tasks settled and run times, by window"
+    records = _records(names.history_stream, names.history_filter, settings, description)
+    return replace(
+        records,
         max_msgs=settings.history_max_windows,
         max_msg_size=HISTORY_MAX_RECORD,
         max_age=HISTORY_MAX_AGE,
-        description="taskq history: tasks settled and run times, by window",
     )
 
 
