@@ -16,16 +16,27 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from taskq.errors import ConfigError, TaskqError
+from taskq.ports import lease_port
 
 log = logging.getLogger("taskq.server")
 
 # nats-server's `jetstream { sync_interval }`: `always` (fsync every write) or a Go duration
 _SYNC = re.compile(r"always|(\d+(\.\d+)?(ns|us|ms|s|m|h))+")
+# a hub's leaf URL as it goes into a site's config: scheme, optional user:password, host, port
+_HUB = re.compile(r"(nats-leaf|tls)://([A-Za-z0-9_-]+:[A-Za-z0-9_-]+@)?[A-Za-z0-9.-]+:\d{1,5}")
+# What a site's leaf connection carries neither way (docs/edge.md): a task, schedule, dead
+# letter, flow-control record, journal or history window stored on one side only, or each
+# publish would be stored on both (the same stream subjects exist on both sides); the
+# advisories too (a hub's sweeper would act on a site's stream sequence). Tasks, results
+# and letters cross by sourcing instead; `$KV.>` and `$JS.API.>` the server denies itself.
+_SITE_ROOTS = ("q", "p", "c", "pc", "r", "pr", "s", "f", "o", "dlq", "limit", "wf", "h")
+SITE_DENIED = (*(f"*.{root}.>" for root in _SITE_ROOTS), "$JS.EVENT.>")
 
 
 class ServerError(TaskqError):
@@ -58,11 +69,45 @@ def port_open(host: str, port: int) -> bool:
         return False
 
 
+def hub_url(value: str) -> str:
+    """A hub's leaf URL (`nats-leaf://host:7422`; `host:port` alone gets that scheme),
+    checked, since it is written into the site's config."""
+    url = value.strip() if "://" in value else f"nats-leaf://{value.strip()}"
+    if not _HUB.fullmatch(url):
+        raise ConfigError(f"hub must be nats-leaf://[user:password@]host:port, not {value[:80]!r}")
+    return url
+
+
 def sync_setting(value: str | None) -> str | None:
     """`value` checked as a `sync_interval`: `always` or a duration (`2m`, `500ms`)."""
     if value is None or _SYNC.fullmatch(value.strip()):
         return value.strip() if value else None
     raise ConfigError(f"sync must be 'always' or a duration such as 2m or 10s, not {value!r}")
+
+
+@dataclass
+class Edge:
+    """A server's part in an edge topology (docs/edge.md): its JetStream `domain`, a port
+    sites attach to (`leaf_port`; 0: any free one, kept across restarts), and the `hub` a
+    site attaches to (its leaf remote, with SITE_DENIED both ways)."""
+
+    domain: str | None = None
+    leaf_port: int | None = None
+    hub: str | None = None
+
+    def leafnodes(self, host: str) -> str:
+        """The `leafnodes` block, or "" when the server has no leaf connections. A leaf
+        port of 0 is leased now (sites must be told it ahead) and kept for restarts."""
+        parts = []
+        if self.leaf_port is not None:
+            if self.leaf_port == 0:
+                self.leaf_port = lease_port(host)
+            parts.append(f'listen: "{host}:{self.leaf_port}", no_advertise: true')
+        if self.hub:
+            denied = ", ".join(f'"{s}"' for s in SITE_DENIED)
+            remote = f'url: "{self.hub}", deny_imports: [{denied}], deny_exports: [{denied}]'
+            parts.append(f'reconnect: "1s", remotes: [ {{ {remote} }} ]')
+        return f"leafnodes {{ {', '.join(parts)} }}\n" if parts else ""
 
 
 class EmbeddedServer:
@@ -88,10 +133,12 @@ class EmbeddedServer:
         extra_args: tuple[str, ...] = (),
         log_file: str | os.PathLike[str] | None = None,
         sync: str | None = None,
+        edge: Edge | None = None,
     ) -> None:
-        if sync and config:
-            raise ConfigError("sync and a config file both given: set sync_interval in the config")
+        if (sync or edge) and config:
+            raise ConfigError("a config file given: set sync_interval in the config (and the rest)")
         self.sync = sync_setting(sync)
+        self.edge = edge or Edge()
         self.host = host
         self.port = port or 0  # 0 until the first start has bound one
         self.ports: dict[str, list[str]] = {}  # what the server reported: nats, cluster...
@@ -121,17 +168,25 @@ class EmbeddedServer:
             cmd += ["-c", self.config]
         else:
             cmd += ["-sd", str(self.store_dir)]
-            if self.sync:  # no flag for it: a config holding only that (flags win over it)
-                cmd += ["-c", str(self._sync_config())]
+            text = self._generated()
+            if text:  # no flags for these: a config holding only them (flags win over it)
+                cmd += ["-c", str(self._write_config(text))]
         return cmd + list(self.extra_args)
 
-    def _sync_config(self) -> Path:
-        """A config with only `jetstream { sync_interval }`, in a directory of our own (not
-        the store: a config there would share the store's fate in a crash)."""
+    def _generated(self) -> str:
+        """The config the options need: `sync_interval`, a JetStream domain, leaf nodes."""
+        jetstream = [f"sync_interval: {self.sync}"] if self.sync else []
+        jetstream += [f"domain: {self.edge.domain}"] if self.edge.domain else []
+        text = f"jetstream {{ {', '.join(jetstream)} }}\n" if jetstream else ""
+        return text + self.edge.leafnodes(self.host)
+
+    def _write_config(self, text: str) -> Path:
+        """`text` as a config in a directory of our own (not the store: a config there
+        would share the store's fate in a crash)."""
         if self._conf_dir is None or not self._conf_dir.exists():
             self._conf_dir = Path(tempfile.mkdtemp(prefix="taskq-nats-conf-"))
-        path = self._conf_dir / "sync.conf"
-        path.write_text(f"jetstream {{ sync_interval: {self.sync} }}\n")
+        path = self._conf_dir / "server.conf"
+        path.write_text(text)
         return path
 
     def spawn(

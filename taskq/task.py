@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Generic, NoReturn, ParamSpec, Protocol, TypeVar
 
+from taskq import sites
 from taskq.arguments import ArgsValidator
 from taskq.batching import Batching
 from taskq.bulk import publish_many, split
@@ -70,6 +71,7 @@ class CallOptions:
     debounce: float | None = None
     throttle: float | None = None
     priority: int | None = None  # 0-9, higher first (None: the task's own)
+    site: str | None = None  # an edge site's name: sent there from the hub (taskq.sites)
 
     def __post_init__(self) -> None:
         if self.key is not None:
@@ -265,6 +267,8 @@ class TaskCall:
 
     async def enqueue(self, *args: Any, **kwargs: Any) -> TaskHandle:
         opts = self.opts
+        if opts.site is not None:
+            return await sites.enqueue(self, args, kwargs)
         if opts.unique_for is not None or opts.debounce is not None or opts.throttle is not None:
             return await self._gated(args, kwargs)
         envelope = self.task.build_envelope(args, kwargs, opts)
@@ -320,10 +324,10 @@ class TaskCall:
     async def enqueue_many(self, items: Iterable[Any]) -> list[TaskHandle]:
         """Validate every item first (a bad one publishes nothing), run each through the
         enqueue middleware, then publish them all pipelined; handles come back in order."""
-        if self.opts.key is not None:
-            raise ConfigError("enqueue_many takes no idempotency key: each item gets its own id")
-        if self.opts.gate.active:
-            raise ConfigError("enqueue_many takes no unique_for, debounce or throttle")
+        if self.opts.key is not None or self.opts.gate.active:
+            raise ConfigError("enqueue_many takes no key, unique_for, debounce or throttle")
+        if self.opts.site is not None:
+            return await sites.enqueue_many(self, [split(item) for item in items])
         task, app = self.task, self.task.app
         envelopes = [task.build_envelope(*split(item), self.opts) for item in items]
         queue = check_queue(self.opts.queue or task.queue)
@@ -359,14 +363,11 @@ class Signature:
         )
 
 
+_FLOW = ("max_concurrency", "concurrency_key", "max_per_key", "rate_limit", "rate_limit_key")
+
+
 def _flow_options(spec: TaskSpec) -> dict[str, Any]:
-    return {
-        "max_concurrency": spec.max_concurrency,
-        "concurrency_key": spec.concurrency_key,
-        "max_per_key": spec.max_per_key,
-        "rate_limit": spec.rate_limit,
-        "rate_limit_key": spec.rate_limit_key,
-    }
+    return {name: getattr(spec, name) for name in _FLOW}
 
 
 def _one(sent: list[Published], envelope: Envelope) -> Published:

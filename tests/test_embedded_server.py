@@ -34,7 +34,7 @@ def test_the_server_runs_with_the_sync_interval_asked_for(
             assert config["sync_interval"] == interval
         assert config["store_dir"] == str(tmp_path / "store" / "jetstream")
         assert server.process is not None
-        generated = [Path(a) for a in server.process.args if str(a).endswith("sync.conf")]
+        generated = [Path(a) for a in server.process.args if str(a).endswith("server.conf")]
     assert len(generated) == (1 if sync else 0)
     assert not any(path.exists() for path in generated)  # removed once the server stopped
 

@@ -42,6 +42,9 @@ from taskq.workers.running import RunningJobs
 from taskq.workflows.state import RunStepState
 from taskq.workflows.steps import ended_already, is_bound
 
+# a message a stream copied from another (an edge site's queue, sourcing the hub's outbox)
+SOURCED = "Nats-Stream-Source"
+ENDED = frozenset({"succeeded", "dead", "cancelled", "dropped"})  # record states: no rerun
 log = logging.getLogger("taskq.worker")
 
 
@@ -116,6 +119,8 @@ class Judge:
         if d.header(DROPPED) is not None:  # a call a throttle window dropped: record it
             return _dropped(d.header(DROPPED) or "", d.header(KEPT) or ""), None
         early = self._refused(job) or await self._step_checked(job)
+        if early is None and d.header(SOURCED) is not None:  # from the hub: docs/edge.md
+            early = await self._ran_here_already(job)
         if early is not None:
             return early
         held = await _until_due(job, self.app.settings.timings.in_worker_wait, self.app.clock)
@@ -187,6 +192,16 @@ class Judge:
             return Dead("forged_step", why), None
         if await ended_already(client, envelope):  # a first delivery too (a restarted server)
             return Hold("its outcome is in its run's journal already", done=True), None
+        return None
+
+    async def _ran_here_already(self, job: Job) -> tuple[Decision, Outcome | None] | None:
+        """A task the hub sent that this site ran to its end already: acknowledged unrun.
+        The hub sends it again when this site's server died after storing it and before
+        its flow control told the hub (a sourced position is kept only on a clean stop)."""
+        assert job.envelope is not None
+        record = await fetch(await self.app.client(), job.envelope.id)
+        if record is not None and record.state in ENDED:
+            return Hold(f"it ran at this site already ({record.state})", done=True), None
         return None
 
     async def _wake_up(self, job: Job, key_token: str) -> Hold | None:

@@ -27,6 +27,7 @@ from taskq.nats.pipeline import Pipeline
 from taskq.nats.probes import Probes
 from taskq.nats.pull import Delivery, Puller
 from taskq.nats.records import Records
+from taskq.nats.sourcing import Sourcing
 from taskq.nats.streams import Streams
 from taskq.nats.types import PubAck
 from taskq.records.envelope import MSG_ID
@@ -55,6 +56,7 @@ class Connection:
         self.seals = Seals(self.sealer, self.places)
         js = client.jetstream(timeout=5.0)
         self.streams = Streams(client, js, self._guard)
+        self.sourcing = Sourcing(js, self._guard)  # edge sites (docs/edge.md)
         self.messages = Messages(client, js, self._guard, self.seals)
         self.kv = KeyValue(
             js,

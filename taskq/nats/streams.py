@@ -19,6 +19,7 @@ from taskq.nats.errors import (
     Guard,
     reply_error,
 )
+from taskq.nats.sourcing import source_config
 from taskq.nats.types import ConsumerPause, ConsumerState, StreamState
 from taskq.retrying import patiently
 from taskq.topology.specs import ConsumerSpec, StreamSpec
@@ -60,6 +61,7 @@ class Streams:
             if old is None:
                 return
         config.allow_msg_ttl = config.allow_msg_ttl or old.allow_msg_ttl or None
+        config.sources = config.sources or old.sources  # an edge site's: provision's to set
         if old.allow_msg_schedules and not config.allow_msg_schedules:
             config.allow_msg_schedules = True
             self._warn_schedules_stay(spec.name)
@@ -353,6 +355,7 @@ def stream_config(spec: StreamSpec) -> api.StreamConfig:
         max_msg_size=spec.max_msg_size,
         max_bytes=spec.max_bytes,
         max_msgs=spec.max_msgs,
+        sources=[source_config(s) for s in spec.sources] or None,
         allow_direct=True,
     )
 

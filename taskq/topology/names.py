@@ -51,6 +51,21 @@ def check_task(name: str) -> str:
     return name
 
 
+_SITE = re.compile(r"^[a-z][a-z0-9]{0,31}$")
+
+
+def check_site(name: str) -> str:
+    """Return `name` if it is a valid edge site name, else raise ConfigError. A site's name
+    is its JetStream domain and a token of stream names, so lower-case letters and digits
+    only (no `_`: `<PREFIX>_OUT_<SITE>_<QUEUE>` stays unambiguous)."""
+    if not isinstance(name, str) or not _SITE.fullmatch(name):
+        raise ConfigError(
+            f"invalid site name {str(name)[:80]!r}: a lower-case letter, then lower-case "
+            "letters and digits (at most 32)"
+        )
+    return name
+
+
 @dataclass(frozen=True)
 class LimitRecord:
     """A flow-control record's subject read back (`Names.parse_limit_subject`)."""
@@ -343,6 +358,21 @@ class Names:
     @property
     def limits_filter(self) -> str:
         return f"{self.prefix}.limit.>"
+
+    # edge sites (docs/edge.md): at the hub, a work-queue "outbox" stream per site and queue,
+    # which the site's queue stream sources through a durable consumer (ADR-60)
+    def site_stream(self, site: str, queue: str) -> str:
+        return f"{self._up}_OUT_{site.upper()}_{queue.upper()}"
+
+    def site_subject(self, site: str, queue: str, task: str) -> str:
+        return f"{self.prefix}.o.{site}.{queue}.{task}"
+
+    def site_filter(self, site: str, queue: str) -> str:
+        return self.site_subject(site, queue, ">")
+
+    def site_deliver(self, site: str, queue: str) -> str:
+        """Where the hub's consumer pushes a site's tasks (across the leaf connection)."""
+        return f"{self.prefix}.edge.{site}.{queue}"
 
     # history (taskq.records.history): one window of one series at one resolution per subject
     @property

@@ -20,6 +20,20 @@ INTERNAL_ACK_WAIT = 30.0
 
 
 @dataclass(frozen=True)
+class SourceSpec:
+    """A stream another stream copies from: in another JetStream domain (`domain`: over a
+    leaf connection), through a durable consumer of the source (`consumer`, pushing to
+    `deliver`: ADR-60 durable sourcing, so a work-queue source deletes a message only once
+    this side stored it), its subjects renamed `transform` (src, dest)."""
+
+    name: str
+    domain: str
+    consumer: str | None = None
+    deliver: str | None = None
+    transform: tuple[str, str] | None = None
+
+
+@dataclass(frozen=True)
 class StreamSpec:
     name: str
     subjects: tuple[str, ...]
@@ -39,6 +53,7 @@ class StreamSpec:
     # messages it holds, at most (-1: no bound): unlike max_bytes, reserves no storage
     max_msgs: int = -1
     atomic: bool = False  # atomic batch publishes (ADR-50): bulk enqueue, one fsync a batch
+    sources: tuple[SourceSpec, ...] = ()  # streams it copies from (edge sites)
 
 
 @dataclass(frozen=True)
@@ -330,6 +345,31 @@ def history_stream(names: Names, settings: Settings) -> StreamSpec:
         max_msgs=settings.history_max_windows,
         max_msg_size=HISTORY_MAX_RECORD,
         max_age=HISTORY_MAX_AGE,
+    )
+
+
+def site_stream(names: Names, settings: Settings, site: str, queue: str) -> StreamSpec:
+    """At the hub, the tasks for `site`'s `queue` until the site has stored them (a
+    work-queue stream: its durable consumer's flow control deletes each once stored)."""
+    return StreamSpec(
+        name=names.site_stream(site, queue),
+        subjects=(names.site_filter(site, queue),),
+        retention="workqueue",
+        replicas=settings.replicas,
+        duplicate_window=settings.duplicate_window,
+        description=f"taskq tasks for site {site}, queue {queue}",
+    )
+
+
+def site_source(names: Names, hub: str, site: str, queue: str) -> SourceSpec:
+    """The source entry of `site`'s queue stream: the hub's outbox for it (domain `hub`),
+    its subjects renamed to the queue's own."""
+    return SourceSpec(
+        name=names.site_stream(site, queue),
+        domain=hub,
+        consumer=site,
+        deliver=names.site_deliver(site, queue),
+        transform=(names.site_filter(site, queue), names.queue_filter(queue)),
     )
 
 

@@ -1,0 +1,71 @@
+"""Provisioning edge sites (docs/edge.md): a site's queue streams source the hub's outbox
+for that site; the hub's outbox streams, their durable consumers, and the hub's results
+and dead letters sourcing each site's. Run by an operator (`taskq provision --site` at a
+site, `--sites` at the hub); either side may be unreachable meanwhile: a source waits for
+its other side and catches up when it is there."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from taskq.app import App
+from taskq.client import Client
+from taskq.nats.kv import stream as bucket_stream
+from taskq.topology.names import check_site
+from taskq.topology.specs import SourceSpec, queue_stream, site_source, site_stream
+from taskq.workers.provision import Provisioned, provision
+
+HUB = "hub"  # the hub's JetStream domain unless told otherwise (`taskq server --domain`)
+
+
+@dataclass(frozen=True)
+class SitesProvisioned:
+    """What edge provisioning made sure of, beside the app's own (`provisioned`)."""
+
+    provisioned: Provisioned
+    sourcing: list[str]  # "<stream> <- <source stream>@<domain>"
+
+    def to_dict(self) -> dict[str, object]:
+        return {**self.provisioned.to_dict(), "sourcing": self.sourcing}
+
+
+async def provision_site(
+    app: App, client: Client, site: str, queues: list[str], hub: str = HUB
+) -> SitesProvisioned:
+    """At site `site`: what its workers use, each queue's stream sourcing the hub's
+    outbox for this site (tasks the hub sends run here); results and dead letters stay."""
+    check_site(site)
+    names, settings = client.names, client.settings
+    sourcing = []
+    for queue in queues:
+        source = site_source(names, hub, site, queue)
+        spec = replace(queue_stream(names, settings, queue), sources=(source,))
+        await client.connection.streams.ensure(spec)
+        sourcing.append(f"{spec.name} <- {source.name}@{hub}")
+    return SitesProvisioned(await provision(app, client, queues), sourcing)
+
+
+async def provision_hub(
+    app: App, client: Client, sites: list[str], queues: list[str]
+) -> SitesProvisioned:
+    """At the hub: the app's own, plus for each site an outbox stream per queue with the
+    durable consumer its site sources through, and the results and dead letters sourcing
+    each site's (their subjects are the same on both sides)."""
+    for site in sites:
+        check_site(site)
+    provisioned = await provision(app, client, queues)
+    names, settings, connection = client.names, client.settings, client.connection
+    sourcing = []
+    for site in sites:
+        for queue in queues:
+            outbox = site_stream(names, settings, site, queue)
+            await connection.streams.ensure(outbox)
+            await connection.sourcing.ensure_consumer(
+                outbox.name, site, names.site_deliver(site, queue)
+            )
+            sourcing.append(f"{outbox.name} -> {site}")
+    back = [bucket_stream(b) for b in client.results.configured] + [names.dlq_stream]
+    for target in back:
+        await connection.sourcing.add_sources(target, [SourceSpec(target, s) for s in sites])
+        sourcing += [f"{target} <- {target}@{s}" for s in sites]
+    return SitesProvisioned(provisioned, sourcing)
