@@ -164,6 +164,7 @@ class DeadLetter(BaseModel):
     original_seq: int
     failed_at: str
     worker: str
+    site: str | None = None  # the edge site it died at (docs/edge.md); None: not at a site
     # Where the record lives; not part of the body, filled when read back.
     seq: int = 0
 
@@ -192,6 +193,7 @@ class DeadLetter(BaseModel):
             "error": {"type": self.error.type, "message": self.error.message},
             "failed_at": self.failed_at,
             "worker": self.worker,
+            "site": self.site,
             "original_seq": self.original_seq,
         }
 
@@ -216,8 +218,9 @@ def make_record(
     attempts: int,
     queue: str,
     original_seq: int,
+    site: str | None = None,
 ) -> DeadLetter:
-    """A new record of a task that died now, in this worker."""
+    """A new record of a task that died now, in this worker (at edge site `site`)."""
     return DeadLetter(
         message=message_of(envelope, raw),
         reason=reason,
@@ -227,4 +230,5 @@ def make_record(
         original_seq=original_seq,
         failed_at=now_iso(),
         worker=worker_name(),
+        site=site,
     )

@@ -154,6 +154,7 @@ async def _move(client: Client, stream: str, stored: StoredMessage, deliveries: 
         attempts=deliveries,
         queue=queue,
         original_seq=stored.seq,
+        site=client.site,
     )
     task = envelope.task if envelope else subject_task
     await publish_record(client, record, task, data)

@@ -71,6 +71,9 @@ class Client:
         self._laid_out: dict[str, int] = {}  # every stream of the layout ensured
         self._placement = Placement()
         self.ensured: set[str] = set()  # other objects made on this connection (flow control)
+        # the server's JetStream domain, read by a starting worker: an edge site's name,
+        # which its dead letters carry (docs/edge.md); None elsewhere
+        self.site: str | None = None
         # caches a feature keeps for this connection and prefix, under its name (never
         # process-wide: two apps in one process must not share them)
         self.kept: dict[str, object] = {}

@@ -77,13 +77,13 @@ async def topology(tmp_path: Path, prefix: str) -> AsyncIterator[Topology]:
     declare(at_site, runs)
     topology = Topology(hub, site, link, at_hub, at_site, runs)
     await topology.connected()
-    # as an operator runs it: at the hub for its sites, at the site for itself
+    # as an operator runs it: at the site for itself, at the hub for its sites
+    at_site_cli = await cli(site.url, prefix, "provision", "tests.apps.edge:app", "--site", "s1")
+    assert at_site_cli.returncode == 0 and "<- " in at_site_cli.stdout, at_site_cli.stderr
     at_hub_cli = await cli(
         hub.url, prefix, "provision", "tests.apps.edge:app", "--sites", "s1", "--json"
     )
     assert "T" in json.loads(at_hub_cli.stdout)["sourcing"][0], at_hub_cli.stderr
-    at_site_cli = await cli(site.url, prefix, "provision", "tests.apps.edge:app", "--site", "s1")
-    assert at_site_cli.returncode == 0 and "<- " in at_site_cli.stdout, at_site_cli.stderr
     try:
         yield topology
     finally:
@@ -140,6 +140,12 @@ async def test_a_cut_link_holds_hub_tasks_and_the_site_runs_its_own(topology: To
         hub_client = await topology.at_hub.client()
         outbox = hub_client.names.site_stream("s1", "default")
         assert (await hub_client.connection.streams.state(outbox)).messages == 40
+        # `taskq queues` at the hub shows the site's backlog
+        shown = await cli(topology.hub.url, topology.at_hub.settings.prefix, "queues", "--json")
+        (default,) = [q for q in json.loads(shown.stdout) if q["queue"] == "default"]
+        assert default["sites"] == {"s1": 40}
+        table = await cli(topology.hub.url, topology.at_hub.settings.prefix, "queues")
+        assert "for site s1: 40" in table.stdout, table.stdout
         assert not any(n in topology.runs for n in range(300, 340))
         topology.link.restore()
         # back: each runs once, and every result (the cut's too) reaches the hub
@@ -161,6 +167,10 @@ async def test_dead_letters_at_the_site_reach_the_hub(topology: Topology) -> Non
         return any(letter.id == handle.id for letter in await list_dead(topology.at_hub))
 
     await wait_until(lettered, timeout=HANG)
+    (letter,) = [d for d in await list_dead(topology.at_hub) if d.id == handle.id]
+    assert letter.site == "s1"  # `taskq dlq ls` at the hub names it
+    listed = await cli(topology.hub.url, topology.at_hub.settings.prefix, "dlq", "ls")
+    assert "SITE" in listed.stdout and " s1 " in listed.stdout, listed.stdout
 
 
 async def test_what_cannot_cross_is_refused_at_the_call(topology: Topology) -> None:

@@ -67,6 +67,7 @@ async def prepare(app: App, client: Client, queues: list[str]) -> dict[str, Queu
     to fetch from, by `QueueSetup.key` (every partition of every queue, and the
     concurrency lanes of its tasks)."""
     names, settings, streams = client.names, client.settings, client.connection.streams
+    client.site = await client.connection.sourcing.domain()
     await streams.ensure(dlq_stream(names, settings))
     for bucket in results_buckets(names, settings):
         await client.connection.kv.ensure(bucket)

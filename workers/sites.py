@@ -16,6 +16,7 @@ from taskq.topology.specs import SourceSpec, queue_stream, site_source, site_str
 from taskq.workers.provision import Provisioned, provision
 
 HUB = "hub"  # the hub's JetStream domain unless told otherwise (`taskq server --domain`)
+HUB_CONSUMER = "hub"  # a site's durable consumer the hub sources its results and letters by
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,17 @@ async def provision_site(
         spec = replace(queue_stream(names, settings, queue), sources=(source,))
         await client.connection.streams.ensure(spec)
         sourcing.append(f"{spec.name} <- {source.name}@{hub}")
-    return SitesProvisioned(await provision(app, client, queues), sourcing)
+    provisioned = await provision(app, client, queues)
+    for stream in _returned(client):  # the consumers the hub sources them through
+        deliver = names.site_return(site, stream)
+        await client.connection.sourcing.ensure_consumer(stream, HUB_CONSUMER, deliver)
+        sourcing.append(f"{stream} -> {hub}")
+    return SitesProvisioned(provisioned, sourcing)
+
+
+def _returned(client: Client) -> list[str]:
+    """The streams whose messages flow back to the hub: results buckets' and the DLQ."""
+    return [bucket_stream(b) for b in client.results.configured] + [client.names.dlq_stream]
 
 
 async def provision_hub(
@@ -64,8 +75,8 @@ async def provision_hub(
                 outbox.name, site, names.site_deliver(site, queue)
             )
             sourcing.append(f"{outbox.name} -> {site}")
-    back = [bucket_stream(b) for b in client.results.configured] + [names.dlq_stream]
-    for target in back:
-        await connection.sourcing.add_sources(target, [SourceSpec(target, s) for s in sites])
+    for target in _returned(client):
+        sources = [SourceSpec(target, s, HUB_CONSUMER, names.site_return(s, target)) for s in sites]
+        await connection.sourcing.add_sources(target, sources)
         sourcing += [f"{target} <- {target}@{s}" for s in sites]
     return SitesProvisioned(provisioned, sourcing)

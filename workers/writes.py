@@ -154,6 +154,7 @@ async def _letter(client: Client, job: Job, dead: Dead, outcome: Outcome | None)
         attempts=job.attempt,
         queue=job.queue,
         original_seq=d.seq,
+        site=client.site,
     )
     return await prepare(client, record, _task_name(client, job), d.data)
 

@@ -63,14 +63,17 @@ def ls(
     if not records:
         click.echo("no dead letters")
         return
+    sites = any(r.site for r in records)  # letters of edge sites (docs/edge.md): their site
     click.echo(
-        f"{'SEQ':>6}  {'FAILED AT':24}  {'QUEUE':10}  {'TASK':20}  {'REASON':12}  "
-        f"{'TRIES':>5}  ERROR"
+        f"{'SEQ':>6}  {'FAILED AT':24}  "
+        + (f"{'SITE':8}  " if sites else "")
+        + f"{'QUEUE':10}  {'TASK':20}  {'REASON':12}  {'TRIES':>5}  ERROR"
     )
     for r in records:
         error = f"{r.error.type}: {r.error.message}" if r.error.type else r.error.message
+        site = f"{(r.site or '-')[:8]:8}  " if sites else ""
         click.echo(
-            f"{r.seq:>6}  {r.failed_at:24}  {r.queue[:10]:10}  {r.task[:20]:20}  "
+            f"{r.seq:>6}  {r.failed_at:24}  {site}{r.queue[:10]:10}  {r.task[:20]:20}  "
             f"{r.reason:12}  {r.attempts:>5}  {error[:60]}"
         )
 

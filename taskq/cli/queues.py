@@ -48,6 +48,8 @@ def table(stats: list[QueueStats]) -> str:
         )
         # which limits hold tasks back (docs/flow-control.md)
         lines += [f"{'':14}   held by {limit}: {n}" for limit, n in sorted(s.held_by.items())]
+        # an edge hub's: sent to a site, not yet stored there (docs/edge.md)
+        lines += [f"{'':14}   for site {site}: {n}" for site, n in sorted(s.sites.items())]
     return "\n".join([*lines, storage_line(stats[0])])
 
 

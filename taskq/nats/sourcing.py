@@ -40,6 +40,11 @@ class Sourcing:
         self._js = js
         self._guard = guard
 
+    async def domain(self) -> str | None:
+        """The JetStream domain of the server this connection reaches (None: none set)."""
+        with self._guard:
+            return (await self._js.account_info()).domain or None
+
     async def ensure_consumer(self, stream: str, name: str, deliver: str) -> None:
         """The durable push consumer a site's stream sources `stream` through: flow-control
         acknowledgements, so the work-queue stream drops a message once the site stored it."""

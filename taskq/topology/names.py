@@ -374,6 +374,10 @@ class Names:
         """Where the hub's consumer pushes a site's tasks (across the leaf connection)."""
         return f"{self.prefix}.edge.{site}.{queue}"
 
+    def site_return(self, site: str, stream: str) -> str:
+        """Where a site's consumer pushes its results or dead letters to the hub."""
+        return f"{self.prefix}.edge.{site}._{stream.lower()}"
+
     # history (taskq.records.history): one window of one series at one resolution per subject
     @property
     def history_stream(self) -> str:
