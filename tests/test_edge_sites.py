@@ -243,3 +243,16 @@ async def test_bad_server_edge_flags_are_one_line_and_exit_2(args: tuple[str, ..
     done = await cli("nats://127.0.0.1:1", "taskq", "server", "--port", "1", *args)
     assert done.returncode == 2, done
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+async def test_doctor_checks_the_leaf_and_the_versions_at_hub_and_site(topology: Topology) -> None:
+    prefix = topology.at_hub.settings.prefix
+    for server, role in ((topology.hub, "hub of s1"), (topology.site, "site of hub")):
+        done = await cli(server.url, prefix, "doctor", "--json")
+        (edge,) = [c for c in json.loads(done.stdout) if c["check"] == "edge"]
+        assert edge["status"] == "ok" and edge["detail"].startswith(role), edge
+    topology.link.cut()
+    done = await cli(topology.site.url, prefix, "doctor", "--json")
+    (edge,) = [c for c in json.loads(done.stdout) if c["check"] == "edge"]
+    assert edge["status"] == "fail" and "hub does not answer" in edge["detail"], edge
+    assert done.returncode == 1

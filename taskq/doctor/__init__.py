@@ -8,6 +8,7 @@ from __future__ import annotations
 from taskq.client import Client
 from taskq.doctor.checks import deployment
 from taskq.doctor.credentials import judge_shipped, try_shipped
+from taskq.doctor.edge import gather_edge, judge_edge
 from taskq.doctor.facts import gather
 from taskq.doctor.report import Check, worst
 from taskq.doctor.rights import judge_rights, probe_rights
@@ -32,6 +33,7 @@ async def diagnose(settings: Settings, monitors: list[str]) -> list[Check]:
         return [unreachable(settings.url, exc)]
     try:
         facts = await gather(client, monitors)
+        edge = await gather_edge(client, facts)
         found = await probe_rights(
             client.connection.probes, client.names, client.results.configured
         )
@@ -39,4 +41,6 @@ async def diagnose(settings: Settings, monitors: list[str]) -> list[Check]:
     finally:
         await client.close()
     shipped = await try_shipped(settings, facts.info, url, facts.monitors)
-    return [*deployment(facts), judge_shipped(shipped), judge_rights(found)]
+    version = str(facts.info.get("version", ""))
+    at_edge = [judge_edge(edge, version)] if edge is not None else []
+    return [*deployment(facts), *at_edge, judge_shipped(shipped), judge_rights(found)]
