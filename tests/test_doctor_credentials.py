@@ -117,8 +117,8 @@ async def test_a_cluster_with_passwords_of_its_own_gives_no_warning(own_cluster:
 def test_the_passwords_tried_are_those_deploy_ships() -> None:
     """Every password in deploy/ (accounts, cluster and k8s route credentials, the clients'
     TASKQ_PASSWORD in compose and k8s) is one the check tries, and each it tries ships."""
-    accounts = (DEPLOY / "nats" / "accounts.conf").read_text()
-    assert dict(re.findall(r"user: ([\w-]+), password: ([\w-]+)", accounts)) == ROLE_PASSWORDS
+    users = "".join((DEPLOY / "nats" / name).read_text() for name in ("accounts.conf", "hub.conf"))
+    assert dict(re.findall(r"user: ([\w-]+), password: ([\w-]+)", users)) == ROLE_PASSWORDS
     routed = [*sorted((DEPLOY / "nats" / "cluster").glob("*.conf")), DEPLOY / "k8s" / "nats.yaml"]
     for path in routed:
         text = path.read_text()

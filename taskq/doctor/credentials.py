@@ -35,6 +35,7 @@ ROLE_PASSWORDS = {
     "producer": "producer-secret",
     "worker": "worker-secret",
     "operator": "operator-secret",
+    "leaf-s1": "leaf-s1-secret",  # an edge hub's example site user (deploy/nats/hub.conf)
 }
 ROUTE_USER, ROUTE_PASSWORD = "taskq-route", "route-secret"
 SHIPPED = frozenset({*ROLE_PASSWORDS.values(), ROUTE_PASSWORD})
@@ -231,7 +232,7 @@ def _findings(tried: Tried) -> list[str]:
         each = ", ".join(f"{r} ({ROLE_PASSWORDS[r]})" for r in tried.roles)
         found.append(
             f"the shipped password works for {each} on {tried.url}: whoever has read "
-            "deploy/nats/accounts.conf connects as that role"
+            "deploy/nats/accounts.conf (or hub.conf) connects as that role"
         )
     if tried.own and not tried.anyone:
         found.append(f"doctor itself connected with the shipped password {tried.own}")

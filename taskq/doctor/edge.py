@@ -1,7 +1,12 @@
-"""`taskq doctor` at an edge hub or site (docs/edge.md): the server and the other side run
-nats-server 2.14 or later (durable sourcing), and the leaf connection is up (the other
-side's JetStream answers through it). Shown only where there is something of an edge
-topology: a JetStream domain, a hub's outbox streams, or queue streams sourcing a hub."""
+"""`taskq doctor` at an edge hub or site (docs/edge.md): this server runs nats-server 2.14 or
+later (durable sourcing), and every source across the leaf connection is in contact (a
+site's queues sourcing the hub's outboxes, a hub's results and dead letters sourcing each
+site's). A durable source heartbeats every second, so one silent for longer than
+`SILENT_AFTER` means the link (or the other side) is down; one that ever ran also proves
+the other side runs 2.14+, which its flow-control consumer needs. Read from this server's
+own stream info: no request crosses the leaf, so the shipped least-privilege leaf users
+suffice. Shown only where there is an edge topology: a JetStream domain, or sources of
+another domain."""
 
 from __future__ import annotations
 
@@ -11,58 +16,53 @@ from taskq.client import Client
 from taskq.doctor.facts import Facts
 from taskq.doctor.report import Check, fail, ok
 from taskq.doctor.versions import Version, parse_version
-from taskq.nats.probes import Probe
 
 DURABLE_SOURCING = Version(2, 14, 0)
-API_LEVEL = 4  # the JetStream API level nats-server 2.14 answers (durable sourcing)
-ANSWER_WITHIN = 2.0  # seconds the other side's JetStream has to answer through the leaf
+SILENT_AFTER = 10.0  # seconds without contact from a source's other side: the link is down
+NANOS = 1e9
+
+
+@dataclass(frozen=True)
+class SourceSeen:
+    """One stream's source in another domain, as this server reports it."""
+
+    stream: str
+    domain: str
+    active: float | None  # seconds since its other side was last heard (None: never)
+    error: str | None
 
 
 @dataclass(frozen=True)
 class EdgeSeen:
-    """What doctor learned of the edge: this server's domain, the sites a hub sends to, the
-    hubs a site's queues source from, and each other side's `$JS.<domain>.API.INFO`."""
-
     domain: str | None
-    sites: list[str]
-    hubs: list[str]
-    answers: dict[str, Probe]
+    sources: list[SourceSeen]
 
 
 async def gather_edge(client: Client, facts: Facts) -> EdgeSeen | None:
     """The edge facts, or None where the server is part of no edge topology."""
     domain = (facts.account or {}).get("domain") or None
-    streams = [s.name for s in facts.streams or []]
-    outbox = f"{client.settings.prefix.upper()}_OUT_"
-    sites = sorted(
-        {n[len(outbox) :].split("_", 1)[0].lower() for n in streams if n.startswith(outbox)}
-    )
-    hubs = await _hubs(client, streams)
-    if not (domain or sites or hubs):
+    sources = [s for stream in facts.streams or [] for s in await _sources(client, stream.name)]
+    if not (domain or sources):
         return None
-    probes = client.connection.probes
-    answers = {
-        other: await probes.request(f"$JS.{other}.API.INFO", timeout=ANSWER_WITHIN)
-        for other in [*sites, *hubs]
-    }
-    return EdgeSeen(domain, sites, hubs, answers)
+    return EdgeSeen(domain, sources)
 
 
-async def _hubs(client: Client, streams: list[str]) -> list[str]:
-    """The domains the queue streams source from (a site's hub)."""
-    queue = f"{client.settings.prefix.upper()}_Q_"
-    found: set[str] = set()
-    for name in (n for n in streams if n.startswith(queue)):
-        reply = (await client.connection.probes.api(f"STREAM.INFO.{name}")).reply or {}
-        for source in (reply.get("config") or {}).get("sources") or []:
-            api = str((source.get("external") or {}).get("api") or "")
-            if api.startswith("$JS.") and api.endswith(".API"):
-                found.add(api[len("$JS.") : -len(".API")])
-    return sorted(found)
+async def _sources(client: Client, stream: str) -> list[SourceSeen]:
+    reply = (await client.connection.probes.api(f"STREAM.INFO.{stream}")).reply or {}
+    found = []
+    for source in reply.get("sources") or []:
+        api = str((source.get("external") or {}).get("api") or "")
+        if not (api.startswith("$JS.") and api.endswith(".API")):
+            continue
+        active = int(source.get("active") or -1)
+        error = (source.get("error") or {}).get("description")
+        other = api[len("$JS.") : -len(".API")]
+        found.append(SourceSeen(stream, other, active / NANOS if active >= 0 else None, error))
+    return found
 
 
 def judge_edge(seen: EdgeSeen, version: str) -> Check:
-    """The edge check: versions first, then each leaf."""
+    """The edge check: this server's version, then each source's contact."""
     here = parse_version(version)
     if here is not None and here < DURABLE_SOURCING:
         return fail(
@@ -71,24 +71,23 @@ def judge_edge(seen: EdgeSeen, version: str) -> Check:
             "(durable sourcing: a hub deletes a task only once its site stored it)",
             f"upgrade to nats-server {DURABLE_SOURCING} or later",
         )
-    for other, probe in sorted(seen.answers.items()):
-        reply = probe.reply or {}
-        if not reply or "error" in reply:
+    for source in seen.sources:
+        if source.error or source.active is None or source.active > SILENT_AFTER:
+            heard = "never" if source.active is None else f"{source.active:.0f} s ago"
+            why = f": {source.error}" if source.error else ""
             return fail(
                 "edge",
-                f"{other} does not answer through the leaf connection: tasks for a site wait "
-                "at the hub, results wait at the site",
-                f"check the leaf connection to {other} (taskq server --hub/--leafnodes-port)",
+                f"{source.stream} has no contact with {source.domain} (last heard {heard}"
+                f"{why}): the leaf connection or {source.domain} is down, or {source.domain} "
+                f"runs a nats-server older than {DURABLE_SOURCING}",
+                f"check the leaf connection to {source.domain} and that it runs "
+                f"{DURABLE_SOURCING}+ (taskq provision there too)",
             )
-        level = int((reply.get("api") or {}).get("level") or 0)
-        if level < API_LEVEL:
-            return fail(
-                "edge",
-                f"{other} answers JetStream API level {level}: older than nats-server "
-                f"{DURABLE_SOURCING} (durable sourcing)",
-                f"upgrade {other} to nats-server {DURABLE_SOURCING} or later",
-            )
-    role = f"hub of {', '.join(seen.sites)}" if seen.sites else f"site of {', '.join(seen.hubs)}"
-    if not seen.answers:
-        role = f"domain {seen.domain}: no site or hub provisioned yet"
-    return ok("edge", f"{role}: leaf up, nats-server {DURABLE_SOURCING}+ on each side")
+    others = sorted({s.domain for s in seen.sources})
+    if not others:
+        return ok("edge", f"domain {seen.domain}: no site or hub provisioned here yet")
+    return ok(
+        "edge",
+        f"domain {seen.domain or '-'}: in contact with {', '.join(others)} "
+        f"({len(seen.sources)} source(s)), nats-server {DURABLE_SOURCING}+ on each side",
+    )
