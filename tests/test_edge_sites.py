@@ -7,6 +7,8 @@ counted in every test."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,9 +18,10 @@ import pytest
 from taskq import App
 from taskq.dlq.browse import list_dead
 from taskq.errors import ConfigError, TaskFailed
-from taskq.server import Edge, EmbeddedServer
+from taskq.ports import lease_port
+from taskq.server import Edge, EmbeddedServer, port_open
 from taskq.timings import Timings
-from tests.conftest import HANG, cli, running_worker, wait_until
+from tests.conftest import HANG, ROOT, cli, running_worker, wait_until
 from tests.proxy import Proxy
 
 pytestmark = pytest.mark.timeout(180)
@@ -136,6 +139,9 @@ async def test_a_cut_link_holds_hub_tasks_and_the_site_runs_its_own(topology: To
         # cut off: the site runs what is enqueued there; the hub keeps what it sends
         local = [await site_add.enqueue(n) for n in range(200, 220)]
         assert [await h.result(timeout=HANG) for h in local] == [n + 1000 for n in range(200, 220)]
+        letter = await topology.at_site.tasks["doomed"].enqueue(99)  # dead-lettered while cut
+        with pytest.raises(TaskFailed):
+            await letter.result(timeout=HANG)
         sent = [await hub_add.options(site="s1").enqueue(n) for n in range(300, 340)]
         hub_client = await topology.at_hub.client()
         outbox = hub_client.names.site_stream("s1", "default")
@@ -152,6 +158,11 @@ async def test_a_cut_link_holds_hub_tasks_and_the_site_runs_its_own(topology: To
         assert [await h.result(timeout=HANG) for h in sent] == [n + 1000 for n in range(300, 340)]
         for n, handle in zip(range(200, 220), local, strict=True):
             assert await topology.at_hub.handle(handle.id).result(timeout=HANG) == n + 1000
+
+        async def lettered() -> bool:  # the cut's dead letter reached the hub too
+            return any(d.id == letter.id for d in await list_dead(topology.at_hub))
+
+        await wait_until(lettered, timeout=HANG)
     ran = [n for n in [*range(200, 220), *range(300, 340)] if topology.runs.get(n) != 1]
     assert ran == []  # none lost, none run twice
 
@@ -261,3 +272,72 @@ async def test_doctor_checks_the_leaf_and_the_versions_at_hub_and_site(topology:
         return edge["status"] == "fail" and "no contact with hub" in edge["detail"]
 
     await wait_until(silent, timeout=HANG, every=1.0)
+
+
+class ServerProcess:
+    """`taskq server ARGS...` in a subprocess (stopped by SIGTERM: it stops its nats-server)."""
+
+    def __init__(self, folder: Path, port: int, *args: str) -> None:
+        argv = [sys.executable, "-m", "taskq", "server", "--port", str(port)]
+        argv += ["--store-dir", str(folder), "--sync", "2m", *args]
+        self.proc = subprocess.Popen(
+            argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        self.url = f"nats://127.0.0.1:{port}"
+        self.port = port
+
+    def stop(self) -> str:
+        self.proc.terminate()
+        try:
+            out, _ = self.proc.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, _ = self.proc.communicate(timeout=15)
+        return out
+
+
+async def test_two_taskq_server_processes_a_hub_and_its_site(tmp_path: Path, prefix: str) -> None:
+    """As the quick start runs it: `taskq server --domain hub --leafnodes-port P` and
+    `taskq server --hub nats-leaf://... --site s1`, provisioned with `taskq provision`
+    while the link is down, a producer at each side, a worker at the site; the link cut and
+    back: every task runs once (lost 0, twice 0) and every result reaches the hub."""
+    leaf = lease_port()
+    link = await Proxy(leaf).start()
+    link.cut()  # provisioned while the sides cannot reach each other
+    hub = ServerProcess(
+        tmp_path / "hub", lease_port(), "--domain", "hub", "--leafnodes-port", str(leaf)
+    )
+    site = ServerProcess(
+        tmp_path / "site",
+        lease_port(),
+        "--hub",
+        f"nats-leaf://127.0.0.1:{link.port}",
+        "--site",
+        "s1",
+    )
+    runs: dict[int, int] = {}
+    at_hub = App(url=hub.url, prefix=prefix, timings=Timings.short())
+    at_site = App(url=site.url, prefix=prefix, timings=Timings.short())
+    declare(at_hub, {})
+    declare(at_site, runs)
+    try:
+        for server in (hub, site):
+            await wait_until(lambda s=server: port_open("127.0.0.1", s.port), timeout=HANG)
+        for server, flag in ((site, ("--site", "s1")), (hub, ("--sites", "s1"))):
+            done = await cli(server.url, prefix, "provision", "tests.apps.edge:app", *flag)
+            assert done.returncode == 0, done.stderr
+        async with running_worker(at_site, concurrency=8):
+            local = [await at_site.tasks["add"].enqueue(n) for n in range(10)]  # cut off
+            sent = [await at_hub.tasks["add"].options(site="s1").enqueue(n) for n in range(10, 30)]
+            assert [await h.result(timeout=HANG) for h in local] == [n + 1000 for n in range(10)]
+            link.restore()
+            assert [await h.result(timeout=HANG) for h in sent] == [n + 1000 for n in range(10, 30)]
+            for n, handle in enumerate(local):
+                assert await at_hub.handle(handle.id).result(timeout=HANG) == n + 1000
+        assert {n: c for n, c in runs.items() if c != 1} == {} and sorted(runs) == list(range(30))
+    finally:
+        for app in (at_hub, at_site):
+            await app.aclose()
+        await link.close()
+        said = [site.stop(), hub.stop()]
+    assert "sites attach at nats-leaf://127.0.0.1:" in said[1], said[1]
