@@ -20,7 +20,7 @@ import time
 import uuid
 from pathlib import Path
 
-from bench.run import RESULTS
+from bench.run import main_with, measures
 from taskq import App
 from taskq.server import Edge, EmbeddedServer
 from taskq.timings import Timings
@@ -97,7 +97,6 @@ async def _run(
 def _report(args, latencies, ran_after, results_after, twice, lost) -> str:  # type: ignore[no-untyped-def]
     latencies.sort()
     p50, p99 = statistics.median(latencies), latencies[int(0.99 * (len(latencies) - 1))]
-    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     rows = [
         (
             "hub to site and back: enqueue at the hub to result read there, one at a time",
@@ -110,8 +109,7 @@ def _report(args, latencies, ran_after, results_after, twice, lost) -> str:  # t
         ("... to the last result read at the hub", f"{results_after:.2f} s"),
         ("lost / run twice", f"{lost} / {twice}"),
     ]
-    lines = [f"edge sites on loopback · 2 cores · {stamp}", "", "| measure | value |", "|---|---|"]
-    return "\n".join(lines + [f"| {a} | {b} |" for a, b in rows]) + "\n"
+    return measures("edge sites on loopback", rows)
 
 
 def main() -> None:
@@ -120,10 +118,7 @@ def main() -> None:
     )
     parser.add_argument("--tasks", type=int, default=1000)
     parser.add_argument("--cut", type=float, default=5.0)
-    args = parser.parse_args()
-    text = asyncio.run(measure(args))
-    (RESULTS / "edge.md").write_text(text)
-    print(text)
+    main_with("edge.md", measure, parser)
 
 
 if __name__ == "__main__":

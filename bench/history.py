@@ -26,7 +26,7 @@ import urllib.request
 from collections import defaultdict
 from pathlib import Path
 
-from bench.run import RESULTS, spawn
+from bench.run import main_with, measures, spawn
 from taskq import App
 from taskq.records.heartbeats import ensure_workers, started_record
 from taskq.server import EmbeddedServer
@@ -158,14 +158,7 @@ def render(args, record, small, large, per_window, served) -> str:  # type: igno
         (f"page {p} ({args.names} names)", f"p50 {m:.1f} ms, max {x:.1f} ms")
         for p, (m, x) in served.items()
     ]
-    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    lines = [
-        f"history costs · {args.tasks:,} tasks · 2 cores · {stamp}",
-        "",
-        "| measure | value |",
-        "|---|---|",
-    ]
-    return "\n".join(lines + [f"| {a} | {b} |" for a, b in rows]) + "\n"
+    return measures(f"history costs · {args.tasks:,} tasks", rows)
 
 
 def main() -> None:
@@ -175,10 +168,7 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=200_000)
     parser.add_argument("--names", type=int, default=1000)
     parser.add_argument("--requests", type=int, default=20)
-    args = parser.parse_args()
-    text = asyncio.run(measure(args))
-    (RESULTS / "history.md").write_text(text)
-    print(text)
+    main_with("history.md", measure, parser)
 
 
 if __name__ == "__main__":

@@ -319,6 +319,24 @@ async def raw_latency(url: str, n: int) -> list[float]:
     return samples
 
 
+def measures(title: str, rows: list[tuple[str, str]]) -> str:
+    """A results file of `rows` (measure, value) under `title`, stamped with the time."""
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    lines = [f"{title} · 2 cores · {stamp}", "", "| measure | value |", "|---|---|"]
+    return "\n".join(lines + [f"| {a} | {b} |" for a, b in rows]) + "\n"
+
+
+def main_with(
+    name: str,
+    measure: Callable[[argparse.Namespace], Awaitable[str]],
+    parser: argparse.ArgumentParser,
+) -> None:
+    """Parse the arguments, measure, write bench/results/<name> and print it."""
+    text = asyncio.run(measure(parser.parse_args()))
+    (RESULTS / name).write_text(text)
+    print(text)
+
+
 def percentile(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
