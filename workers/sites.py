@@ -12,7 +12,14 @@ from taskq.app import App
 from taskq.client import Client
 from taskq.nats.kv import stream as bucket_stream
 from taskq.topology.names import check_site
-from taskq.topology.specs import SourceSpec, queue_stream, site_source, site_stream
+from taskq.topology.specs import (
+    SourceSpec,
+    dlq_stream,
+    queue_stream,
+    results_buckets,
+    site_source,
+    site_stream,
+)
 from taskq.workers.provision import Provisioned, provision
 
 HUB = "hub"  # the hub's JetStream domain unless told otherwise (`taskq server --domain`)
@@ -36,19 +43,23 @@ async def provision_site(
     """At site `site`: what its workers use, each queue's stream sourcing the hub's
     outbox for this site (tasks the hub sends run here); results and dead letters stay."""
     check_site(site)
-    names, settings = client.names, client.settings
+    names, settings, connection = client.names, client.settings, client.connection
     sourcing = []
+    # first what the hub's sources wait for: a source that finds nothing is retried by the
+    # server only after a back-off (10 s, then 20 s, ... up to 2 min)
+    await connection.streams.ensure(dlq_stream(names, settings))
+    for bucket in results_buckets(names, settings):
+        await connection.kv.ensure(bucket)
+    for stream in _returned(client):  # the consumers the hub sources them through
+        deliver = names.site_return(site, stream)
+        await connection.sourcing.ensure_consumer(stream, HUB_CONSUMER, deliver)
+        sourcing.append(f"{stream} -> {hub}")
     for queue in queues:
         source = site_source(names, hub, site, queue)
         spec = replace(queue_stream(names, settings, queue), sources=(source,))
-        await client.connection.streams.ensure(spec)
+        await connection.streams.ensure(spec)
         sourcing.append(f"{spec.name} <- {source.name}@{hub}")
-    provisioned = await provision(app, client, queues)
-    for stream in _returned(client):  # the consumers the hub sources them through
-        deliver = names.site_return(site, stream)
-        await client.connection.sourcing.ensure_consumer(stream, HUB_CONSUMER, deliver)
-        sourcing.append(f"{stream} -> {hub}")
-    return SitesProvisioned(provisioned, sourcing)
+    return SitesProvisioned(await provision(app, client, queues), sourcing)
 
 
 def _returned(client: Client) -> list[str]:
@@ -64,10 +75,9 @@ async def provision_hub(
     each site's (their subjects are the same on both sides)."""
     for site in sites:
         check_site(site)
-    provisioned = await provision(app, client, queues)
     names, settings, connection = client.names, client.settings, client.connection
     sourcing = []
-    for site in sites:
+    for site in sites:  # first what the sites' sources wait for (see provision_site)
         for queue in queues:
             outbox = site_stream(names, settings, site, queue)
             await connection.streams.ensure(outbox)
@@ -75,6 +85,7 @@ async def provision_hub(
                 outbox.name, site, names.site_deliver(site, queue)
             )
             sourcing.append(f"{outbox.name} -> {site}")
+    provisioned = await provision(app, client, queues)  # the results and DLQ streams too
     for target in _returned(client):
         sources = [SourceSpec(target, s, HUB_CONSUMER, names.site_return(s, target)) for s in sites]
         await connection.sourcing.add_sources(target, sources)
