@@ -68,6 +68,7 @@ class ConnectServer:
         argv += ["--driver-java-options", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"]
         for key, value in conf.items():
             argv += ["--conf", f"{key}={value}"]
+        self._wait_closed(time.monotonic() + 30)  # no earlier server still on the port
         log = open(self.folder / f"connect-{len(self.started)}.log", "wb")  # noqa: SIM115
         began = time.monotonic()
         self.process = subprocess.Popen(
@@ -107,6 +108,22 @@ class ConnectServer:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=30)
+        # the JVM's socket outlives the script reaped above by a moment: a start before it is
+        # closed saw the dying server listening (and the new one failed to bind the port)
+        self._wait_closed(time.monotonic() + 30)
+
+    def _listening(self) -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+            return True
+        except OSError:
+            return False
+
+    def _wait_closed(self, deadline: float) -> None:
+        while self._listening():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"port {self.port} still answers after the server was killed")
+            time.sleep(0.1)
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -125,17 +142,15 @@ class ConnectServer:
             assert self.process is not None
             if self.process.poll() is not None:
                 raise RuntimeError(f"the Connect server exited: {self.log_tail()}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+            if self._listening():
                 return
-            except OSError:
-                time.sleep(0.2)
+            time.sleep(0.2)
         self.kill()
         raise RuntimeError(f"the Connect server did not listen in {START_WITHIN}s")
 
     def log_tail(self) -> str:
         logs = sorted(self.folder.glob("connect-*.log"))
-        return logs[-1].read_text(errors="replace")[-2000:] if logs else ""
+        return logs[-1].read_text(errors="replace")[-6000:] if logs else ""
 
     def __enter__(self) -> ConnectServer:
         self.start()
