@@ -33,7 +33,7 @@ async def diagnose(settings: Settings, monitors: list[str]) -> list[Check]:
         return [unreachable(settings.url, exc)]
     try:
         facts = await gather(client, monitors)
-        edge = await gather_edge(client, facts)
+        edge = gather_edge(facts)
         found = await probe_rights(
             client.connection.probes, client.names, client.results.configured
         )

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from taskq.client import Client
-from taskq.doctor.facts import Facts
+from taskq.doctor.facts import Facts, StreamSeen
 from taskq.doctor.report import Check, fail, ok
 from taskq.doctor.versions import Version, parse_version
 
@@ -38,26 +37,27 @@ class EdgeSeen:
     sources: list[SourceSeen]
 
 
-async def gather_edge(client: Client, facts: Facts) -> EdgeSeen | None:
-    """The edge facts, or None where the server is part of no edge topology."""
+def gather_edge(facts: Facts) -> EdgeSeen | None:
+    """The edge facts, from the stream info doctor read already; None where the server is
+    part of no edge topology."""
     domain = (facts.account or {}).get("domain") or None
-    sources = [s for stream in facts.streams or [] for s in await _sources(client, stream.name)]
+    sources = [s for stream in facts.streams or [] for s in _sources(stream)]
     if not (domain or sources):
         return None
     return EdgeSeen(domain, sources)
 
 
-async def _sources(client: Client, stream: str) -> list[SourceSeen]:
-    reply = (await client.connection.probes.api(f"STREAM.INFO.{stream}")).reply or {}
+def _sources(stream: StreamSeen) -> list[SourceSeen]:
     found = []
-    for source in reply.get("sources") or []:
+    for source in stream.sources:
         api = str((source.get("external") or {}).get("api") or "")
         if not (api.startswith("$JS.") and api.endswith(".API")):
             continue
         active = int(source.get("active") or -1)
         error = (source.get("error") or {}).get("description")
         other = api[len("$JS.") : -len(".API")]
-        found.append(SourceSeen(stream, other, active / NANOS if active >= 0 else None, error))
+        seconds = active / NANOS if active >= 0 else None
+        found.append(SourceSeen(stream.name, other, seconds, error))
     return found
 
 

@@ -35,6 +35,7 @@ class ServerSeen:
 class StreamSeen:
     name: str
     replicas: int
+    sources: tuple[dict[str, Any], ...] = ()  # its sources' state, as STREAM.INFO says
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,8 @@ async def _streams(client: Client) -> tuple[list[StreamSeen] | None, str | None,
         config = (probe.reply or {}).get("config")
         if not probe.allowed or not isinstance(config, dict):
             continue
-        found.append(StreamSeen(name, int(config.get("num_replicas") or 1)))
+        sources = tuple(s for s in (probe.reply or {}).get("sources") or [] if isinstance(s, dict))
+        found.append(StreamSeen(name, int(config.get("num_replicas") or 1), sources))
         if clock is None and (probe.reply or {}).get("ts"):
             clock = probe
     return found, None, clock
