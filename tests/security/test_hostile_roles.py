@@ -21,6 +21,9 @@ from taskq.server import EmbeddedServer
 from tests.conftest import HANG, running_worker, wait_until
 from tests.roles import credentials, provisioned, role
 
+# a hang guard past the `waiting` fixture's set-up bound (2 * HANG)
+pytestmark = pytest.mark.timeout(4 * HANG)
+
 
 class Hostile:
     """A raw NATS client connected as one shipped role; `refused(...)` is True once the
@@ -85,8 +88,9 @@ async def waiting(secure_server: EmbeddedServer) -> AsyncIterator[App]:
     await provisioned(secure_server.url, worker_app, ["default"])
     async with running_worker(worker_app, queues=["default"]) as worker:
         await operator.tasks["hold"].options(countdown=3600).enqueue(0)
-        # set-up, not the behaviour under test: as long as a loaded machine needs
-        await wait_until(lambda: worker.stats["held"] == 1, timeout=HANG)
+        # set-up, not the behaviour under test: as long as a loaded machine needs (a CI run
+        # under a stall of the whole machine took more than HANG here)
+        await wait_until(lambda: worker.stats["held"] == 1, timeout=2 * HANG)
     for n in (1, 2, 3):
         await operator.tasks["hold"].enqueue(n)
     yield operator
