@@ -45,23 +45,32 @@ class Trace:
 
 
 async def measure(url: str) -> tuple[list[str], list[str]]:
-    app = App(url=url, prefix=fresh_prefix())
-    done = asyncio.Event()
+    # the default transport, whatever TASKQ_NATS_FAST_PATHS says (the map describes it)
+    app = App(url=url, prefix=fresh_prefix(), nats_fast_paths=True)
+    started, gate = asyncio.Event(), asyncio.Event()
 
     @app.task
     async def add(a: int, b: int) -> int:
-        done.set()
         return a + b
 
-    worker = Worker(app, concurrency=4, sweeper=False)
+    @app.task
+    async def hold() -> None:  # a plain task too: it keeps the worker's one slot
+        started.set()
+        await gate.wait()
+
+    worker = Worker(app, concurrency=1, sweeper=False)
     running = asyncio.create_task(worker.run())
     await worker.wait_ready()
     await (await add.enqueue(0, 0)).result(timeout=10)  # warm: connection, layouts, buckets
-    done.clear()
+    await hold.enqueue()
+    await asyncio.wait_for(started.wait(), 10)
+    # the worker's slot is taken: no pull request waits, so nothing is delivered (and no
+    # worker code runs) while the enqueue is traced
     with Trace() as enqueue:
         await add.enqueue(1, 2)
-    with Trace() as delivery:  # from here the worker fetches, runs, records and acks it
-        while worker.stats["succeeded"] < 2:
+    with Trace() as delivery:  # `hold` ends; the worker fetches, runs, records and acks add
+        gate.set()
+        while worker.stats["succeeded"] < 3:
             await asyncio.sleep(0)
     worker.stop()
     await running

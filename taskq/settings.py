@@ -31,6 +31,7 @@ ENV_FIELDS: dict[str, str] = {
     "TASKQ_NKEY_SEED": "nkey_seed",
     "TASKQ_CREDS": "creds",
     "TASKQ_INBOX_PREFIX": "inbox_prefix",
+    "TASKQ_NATS_FAST_PATHS": "nats_fast_paths",
     "TASKQ_TLS_CA": "tls_ca",
     "TASKQ_TLS_CERT": "tls_cert",
     "TASKQ_TLS_KEY": "tls_key",
@@ -70,6 +71,9 @@ class Settings(BaseModel):
     # so that no other role may subscribe to them (docs/security.md)
     inbox_prefix: str = Field(default="_INBOX", pattern=r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
     connect_timeout: float = Field(default=2.0, gt=0)
+    # the transport's fast paths on nats-py's private attributes (taskq/nats/internals.py);
+    # off: nats-py's public API only (taskq/nats/wire.py), e.g. on an untested nats-py
+    nats_fast_paths: bool = True
     # topology
     replicas: int = Field(default=1, ge=1, le=5)
     duplicate_window: float = Field(default=120.0, gt=0)

@@ -1,5 +1,6 @@
-"""The nats-py private attributes taskq relies on exist on a live connection and
-subscription (taskq/nats/internals.py): a nats-py upgrade that changes them fails here."""
+"""The fast paths' nats-py private attributes exist on a live connection and do their work
+(taskq/nats/internals.py), a nats-py without them gets the public API instead, and the
+switch picks the way: a nats-py upgrade that changes them fails here."""
 
 from __future__ import annotations
 
@@ -9,32 +10,41 @@ import nats
 import nats.errors
 import pytest
 
-from taskq.errors import BrokerError
 from taskq.nats import internals
+from taskq.nats.connect import PENDING_SIZE
+from taskq.nats.wire import Wire
 from tests.conftest import finishes
 
 
 async def test_privates_exist_on_live_objects(nats_url: str) -> None:
+    """The fast paths' three attributes exist and do what `write_many` needs: the frames it
+    queues reach the server in order, as nats-py's own publishes would."""
     client = await nats.connect(nats_url)
     try:
-        internals.check_client(client)
-        sub = await client.subscribe("taskq.internals.check")
-        internals.check_subscription(sub)
-        await client.publish("taskq.internals.check", b"x", reply="taskq.internals.reply")
-        queue = internals.pending_queue(sub)
-        msg = await asyncio.wait_for(queue.get(), 5)
-        before = sub._pending_size
-        internals.taken(sub, msg)
-        assert sub._pending_size == before - 1
-        # nats-py itself then takes the message as settled: no second ack goes out
-        assert not msg.is_acked
-        internals.mark_settled(msg)
-        assert msg.is_acked
-        with pytest.raises(nats.errors.MsgAlreadyAckdError):
-            await msg.ack()
-        assert internals.last_error(client) is None  # a clean connection has none
+        wire = internals.wire_for(client, fast=True, pending_size=PENDING_SIZE)
+        assert isinstance(wire, internals.FastWire)
+        sub = await client.subscribe("taskq.internals.>")
+        sent = [(f"taskq.internals.{n}", "", str(n).encode(), {"N": str(n)}) for n in range(3)]
+        await wire.write_many(client, sent)
+        await wire.write_pending(client)
+        got = [await sub.next_msg(timeout=5) for _ in sent]
+        assert [(m.subject, m.data, m.headers) for m in got] == [(s, b, h) for s, _, b, h in sent]
+        assert Wire().last_error(client) is None  # a clean connection has none
     finally:
         await client.close()
+
+
+def test_a_nats_py_without_the_privates_gets_the_public_api(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A nats-py whose internals changed is not refused: the transport uses its public
+    API and says so once, at connect."""
+    from types import SimpleNamespace
+
+    changed = SimpleNamespace(_send_command=lambda frames: None)  # the rest renamed
+    wire = internals.wire_for(changed, fast=True, pending_size=PENDING_SIZE)  # type: ignore[arg-type]
+    assert type(wire) is Wire and "public API" in caplog.text
+    assert "_flush_pending" in caplog.text  # which one is missing
 
 
 async def test_the_last_connect_error_is_the_one_nats_py_kept() -> None:
@@ -57,16 +67,8 @@ async def test_the_last_connect_error_is_the_one_nats_py_kept() -> None:
             await finishes(connecting, "a connect to no server")
     finally:
         release_port(port)
-    kept = internals.last_error(client)
+    kept = Wire().last_error(client)
     assert kept is not None and kept is client.last_error, kept
-
-
-def test_a_changed_subscription_fails_loudly() -> None:
-    class Changed:  # what a nats-py without the pending queue would look like
-        _pending_size = 0
-
-    with pytest.raises(BrokerError, match="nats-py"):
-        internals.check_subscription(Changed())
 
 
 @pytest.mark.parametrize(
@@ -100,36 +102,19 @@ def test_a_delivery_reads_its_ack_subject_as_nats_py_does(
     assert (delivery.stream, delivery.num_delivered, delivery.seq, delivery.pending) == expected
 
 
-HEADER_BLOCKS = [
-    b"Nats-Msg-Id: abc\r\nTaskq-Task: noop\r\n\r\n",
-    b"A:1\r\nB:\t2 \r\n",  # no space after the colon, a tab, trailing blanks
-    b"Bad Name: x\r\nGood: y\r\n",  # a name with a space inside: skipped
-    b"Tab\tName: x\r\nSep\x1cName: y\r\nOk: z\r\n",  # ASCII whitespace str.isspace() knows
-    b"  Padded  : v\r\n",  # blanks around a name are stripped
-    b"No colon here\r\n: empty name\r\n",
-    "Caf\u00e9: x\r\nK: v\u00e9\r\n".encode(),  # a non-ASCII name: skipped; a UTF-8 value
-    b"K: \xff\xfe broken\r\n",  # malformed UTF-8 in a value: replaced
-    b"Dup: 1\r\nDup: 2\r\n",  # the last wins
-    b"",
-]
-
-
-@pytest.mark.parametrize("raw", HEADER_BLOCKS)
-def test_header_lines_parse_as_nats_py_parses_them(raw: bytes) -> None:
-    from nats.aio.client import Client
-
-    assert internals.parse_header_lines(raw) == Client._parse_header_lines(raw)
-
-
-async def test_a_connection_parses_headers_with_taskq_s_parser(nats_url: str) -> None:
+async def test_the_switch_picks_the_wire_and_nothing_of_nats_py_is_replaced(
+    nats_url: str,
+) -> None:
     from taskq.nats import Connection
     from taskq.settings import Settings
 
-    connection = await Connection.connect(Settings.load(url=nats_url))
-    try:
-        assert connection._nc._parse_header_lines is internals.parse_header_lines
-    finally:
-        await connection.close()
+    for fast in (True, False):
+        connection = await Connection.connect(Settings.load(url=nats_url, nats_fast_paths=fast))
+        try:
+            assert connection._wire.fast is fast
+            assert not vars(connection._nc).keys() & {"_parse_header_lines"}
+        finally:
+            await connection.close()
 
 
 async def test_a_first_connect_that_swallows_a_cancellation_is_cancelled_again() -> None:

@@ -282,7 +282,8 @@ class Worker:
                 async for delivery in puller.stream(taken, linger):
                     taken -= 1
                     self._start(setup, delivery)
-                self._failing.pop(setup.where, None)
+                if self._failing:  # `where` is built only when a failure is on record
+                    self._failing.pop(setup.where, None)
             except (TransientError, BrokerError) as exc:
                 self._failing[setup.where] = str(exc)[:200]
                 puller = await self._recover(setup, puller, exc)

@@ -15,6 +15,7 @@ from nats.aio.client import Client
 from taskq.errors import ConnectError, PermissionDenied
 from taskq.nats import internals
 from taskq.nats.errors import Guard
+from taskq.nats.wire import Wire
 from taskq.settings import Settings
 
 log = logging.getLogger("taskq.nats")
@@ -97,10 +98,14 @@ class Outage:
 
 
 FLUSH_TIMEOUT = 10.0  # seconds a forced flush of queued commands may take
+# bytes nats-py buffers while reconnecting before a publish is refused (its default, said
+# here so that taskq's batched writes keep the same limit)
+PENDING_SIZE = 2 * 1024 * 1024
 
 
-async def open_client(settings: Settings, name: str, events: Events) -> Client:
-    """Connect, or raise ConnectError naming the URL when no server answers."""
+async def open_client(settings: Settings, name: str, events: Events) -> tuple[Client, Wire]:
+    """Connect, or raise ConnectError naming the URL when no server answers; the client,
+    and how the transport meets it below the public API (`nats_fast_paths`)."""
     client = Client()
     events.guard.watch(client)
     options = connect_options(settings, name, events)
@@ -112,18 +117,17 @@ async def open_client(settings: Settings, name: str, events: Events) -> Client:
     except nats.errors.AuthorizationError as exc:
         raise PermissionDenied(f"NATS at {settings.url} refused the credentials: {exc}") from None
     except (TimeoutError, nats.errors.Error, OSError) as exc:  # ssl.SSLError is an OSError
-        last = events.last or internals.last_error(client) or exc
+        last = events.last or Wire().last_error(client) or exc
         if events.refused or isinstance(last, nats.errors.AuthorizationError):
             raise PermissionDenied(f"NATS at {settings.url} refused the credentials") from None
         with contextlib.suppress(Exception):
             async with asyncio.timeout(1.0):
                 await client.close()
         raise ConnectError(settings.url, _describe(last)) from None
-    internals.check_client(client)
-    internals.speed_up_headers(client)
+    wire = internals.wire_for(client, settings.nats_fast_paths, PENDING_SIZE)
     client.options["max_reconnect_attempts"] = -1  # from now on, never give up
     events.live = True
-    return client
+    return client, wire
 
 
 async def _within(connecting: asyncio.Future[None], seconds: float) -> None:
@@ -157,7 +161,7 @@ def connect_options(settings: Settings, name: str, events: Events) -> dict[str, 
         # bounded for the first connect (fail fast with ConnectError); unbounded afterwards
         "max_reconnect_attempts": 1,
         "reconnect_time_wait": settings.timings.reconnect_wait,
-        # a forced flush (internals.write_pending) waits for nats-py's flusher task; one
+        # a forced flush (FastWire.write_pending) waits for nats-py's flusher task; one
         # that exits on a disconnect leaves the wait unresolved, and nats-py's default
         # (None) waits forever: bound it (past it, nats-py reports FlushTimeoutError)
         "flush_timeout": FLUSH_TIMEOUT,
@@ -166,6 +170,7 @@ def connect_options(settings: Settings, name: str, events: Events) -> dict[str, 
         "reconnected_cb": events.reconnected,
         "closed_cb": events.closed,
         "inbox_prefix": settings.inbox_prefix,
+        "pending_size": PENDING_SIZE,
     }
     options.update(_credentials(settings))
     tls = _tls_context(settings)

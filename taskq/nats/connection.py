@@ -16,7 +16,6 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from taskq.errors import BrokerError, DecodeError
-from taskq.nats import internals
 from taskq.nats.claims import HEADROOM, Claims, is_claim
 from taskq.nats.connect import Events, open_client
 from taskq.nats.errors import ATOMIC_DISABLED, Guard
@@ -30,6 +29,7 @@ from taskq.nats.records import Records
 from taskq.nats.sourcing import Sourcing
 from taskq.nats.streams import Streams
 from taskq.nats.types import PubAck
+from taskq.nats.wire import Wire
 from taskq.records.envelope import MSG_ID
 from taskq.records.places import Headers, Places, Seals, shares_its_object
 from taskq.settings import Settings
@@ -43,8 +43,9 @@ CLOSE_WITHIN = 5.0  # seconds nats-py's close may take before it is given up on
 class Connection:
     """One nats-py client with the JetStream operations taskq uses."""
 
-    def __init__(self, client: Client, settings: Settings, events: Events) -> None:
+    def __init__(self, client: Client, settings: Settings, events: Events, wire: Wire) -> None:
         self._nc = client
+        self._wire = wire
         self._events = events
         self._guard = events.guard
         self.settings = settings
@@ -57,7 +58,7 @@ class Connection:
         js = client.jetstream(timeout=5.0)
         self.streams = Streams(client, js, self._guard)
         self.sourcing = Sourcing(js, self._guard)  # edge sites (docs/edge.md)
-        self.messages = Messages(client, js, self._guard, self.seals)
+        self.messages = Messages(client, js, self._guard, self.seals, wire)
         self.kv = KeyValue(
             js,
             self._guard,
@@ -72,11 +73,11 @@ class Connection:
         )
         self.blobs = Objects(js, self._guard, self.sealer)
         self.claims = Claims(self.blobs, settings)
-        self._pipeline = Pipeline(client, self._guard)
+        self._pipeline = Pipeline(client, self._guard, wire)
         self._dropping: set[asyncio.Future[None]] = set()  # orphaned objects being deleted
         self._unbatched: set[str] = set()  # streams that refused an atomic batch
         self.records = Records(js, self._guard, self.seal)
-        self.probes = Probes(client, self._guard)  # taskq doctor: harmless questions
+        self.probes = Probes(client, self._guard, wire)  # taskq doctor: harmless questions
         # closed for good (not by `close`): what waits for an ack fails now, not at its
         # deadline, so a worker stops at once instead of draining writes that cannot land
         self._loss = asyncio.get_running_loop().create_task(self._fail_pending_on_loss())
@@ -89,8 +90,8 @@ class Connection:
     async def connect(cls, settings: Settings, name: str = "taskq") -> Connection:
         """Connect, or raise ConnectError naming the URL when no server answers."""
         events = Events(Guard())
-        client = await open_client(settings, name, events)
-        return cls(client, settings, events)
+        client, wire = await open_client(settings, name, events)
+        return cls(client, settings, events, wire)
 
     @property
     def max_payload(self) -> int:
@@ -174,9 +175,8 @@ class Connection:
         waiting = [d for d in deliveries if not d.settled]
         if not waiting:
             return
-        frames = b"".join([b"PUB %b 0\r\n\r\n" % d.ack_subject for d in waiting])
         with self._guard:
-            await internals.write_many(self._nc, frames, len(waiting))
+            await self._wire.write_many(self._nc, [(d.ack_subject, "", b"", None) for d in waiting])
         for delivery in waiting:
             await delivery.acked_by_write()
 
@@ -233,7 +233,8 @@ class Connection:
 
     async def pull(self, stream: str, durable: str) -> Puller:
         """A puller for an existing durable consumer (NotFound is raised on first use)."""
-        return await Puller(self._nc, self._guard, stream, durable, self.seals, self.claims).open()
+        puller = Puller(self._nc, self._guard, self._wire, stream, durable, self.seals, self.claims)
+        return await puller.open()
 
     async def subscribe(self, subject: str, handler: Handler) -> Callable[[], Awaitable[None]]:
         """Core NATS subscription; returns an async unsubscribe function."""

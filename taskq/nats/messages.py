@@ -25,6 +25,7 @@ from taskq.nats.pull import Puller
 from taskq.nats.raw import request as api_request
 from taskq.nats.streams import rfc3339
 from taskq.nats.types import StoredMessage
+from taskq.nats.wire import Wire
 from taskq.records.places import Seals
 from taskq.retrying import patiently
 
@@ -34,8 +35,11 @@ MULTI_LAST = 1024  # subjects one `multi_last` direct get may name (nats-server 
 class Messages:
     """Direct reads and removals of stream messages on one connection."""
 
-    def __init__(self, client: Client, js: JetStreamContext, guard: Guard, seals: Seals) -> None:
+    def __init__(
+        self, client: Client, js: JetStreamContext, guard: Guard, seals: Seals, wire: Wire
+    ) -> None:
         self._nc = client
+        self._wire = wire
         self._js = js
         self._guard = guard
         self._seals = seals
@@ -115,7 +119,7 @@ class Messages:
         if not pending:
             await self._drop_consumer(stream, name)
             return
-        puller = await Puller(self._nc, self._guard, stream, name, self._seals).open()
+        puller = await Puller(self._nc, self._guard, self._wire, stream, name, self._seals).open()
         try:
             while True:
                 got = 0

@@ -11,6 +11,7 @@ publish on the same future, and the reply is read into taskq's own PubAck.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import nats.js.errors
@@ -19,21 +20,16 @@ from nats.aio.msg import Msg
 from pydantic_core import from_json
 
 from taskq.errors import BrokerError, PermissionDenied, TaskqError, TransientError
-from taskq.nats import internals
 from taskq.nats.errors import Guard
 from taskq.nats.outbound import check
 from taskq.nats.types import PubAck
+from taskq.nats.wire import Outgoing, Wire
 
 STATUS = "Status"
 NO_RESPONDERS = "503"  # no stream listens on the subject (or it is being elected)
 SWEEP = 0.25  # how often publishes past their ack deadline are failed
 BATCH_HEADERS = "nats-batch-"  # an atomic batch's id, sequence and commit (ADR-50)
-
-
-def header_block(headers: dict[str, str]) -> bytes:
-    """A message's NATS header block (`check` has vetted every name and value)."""
-    lines = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
-    return f"NATS/1.0\r\n{lines}\r\n".encode()
+log = logging.getLogger("taskq.nats")
 
 
 def unbatched(headers: dict[str, str]) -> dict[str, str]:
@@ -43,22 +39,13 @@ def unbatched(headers: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in headers.items() if k[:11].lower() != BATCH_HEADERS}
 
 
-def _frame(subject: str, reply: str, body: bytes, headers: dict[str, str] | None) -> bytes:
-    """One publish as the protocol has it: PUB, or HPUB with headers; `reply` "" for none
-    (`check` has vetted the subject and every header)."""
-    head = subject.encode() + (b" " + reply.encode() if reply else b"")
-    if not headers:
-        return b"PUB %b %d\r\n%b\r\n" % (head, len(body), body)
-    block = header_block(headers)
-    return b"HPUB %b %d %d\r\n%b%b\r\n" % (head, len(block), len(block) + len(body), block, body)
-
-
 class Pipeline:
     """Pipelined publishes on one connection (opened on first use)."""
 
-    def __init__(self, client: Client, guard: Guard) -> None:
+    def __init__(self, client: Client, guard: Guard, wire: Wire) -> None:
         self._nc = client
         self._guard = guard
+        self._wire = wire
         self._prefix = ""
         self._opening: asyncio.Future[None] | None = None
         self._sent = 0
@@ -98,23 +85,24 @@ class Pipeline:
     async def send_many(
         self, messages: list[tuple[str, bytes, dict[str, str] | None]], ack_timeout: float
     ) -> list[asyncio.Future[PubAck]]:
-        """`send` for many messages at once, written as one protocol buffer encoded here
-        (nats-py builds and queues a publish per message): per message its future, as
+        """`send` for many messages at once, written as one protocol buffer (with the fast
+        paths: nats-py builds and queues a publish per message): per message its future, as
         `send` returns it. Everything is checked before anything is sent."""
         plain = [(s, b, unbatched(h) if h else None) for s, b, h in messages]
         for subject, _, headers in plain:
             check(subject, headers)
         if not self._prefix:
             await self._open()
-        frames, futures, tokens = bytearray(), [], []
+        outgoing: list[Outgoing] = []
+        futures, tokens = [], []
         for subject, body, headers in plain:
             token, future = self._expect(ack_timeout)
             futures.append(future)
             tokens.append(token)
-            frames += _frame(subject, self._prefix + token, body, headers)
+            outgoing.append((subject, self._prefix + token, body, headers))
         try:
             with self._guard:
-                await internals.write_many(self._nc, bytes(frames), len(messages))
+                await self._wire.write_many(self._nc, outgoing)
         except BaseException:
             for token in tokens:
                 self._waiting.pop(token, None)
@@ -124,13 +112,11 @@ class Pipeline:
     async def send_unanswered(self, messages: list[tuple[str, bytes, dict[str, str]]]) -> None:
         """Publish now, with no reply subject: an atomic batch's messages before its commit
         (the commit's ack, or its error, answers for the whole batch). Each is checked as a
-        single publish is, then all are written as one protocol buffer."""
-        frames = bytearray()
-        for subject, body, headers in messages:
+        single publish is, then all are written at once."""
+        for subject, _, headers in messages:
             check(subject, headers)
-            frames += _frame(subject, "", body, headers)
         with self._guard:
-            await internals.write_many(self._nc, bytes(frames), len(messages))
+            await self._wire.write_many(self._nc, [(s, "", b, h) for s, b, h in messages])
 
     def _expect(self, ack_timeout: float) -> tuple[str, asyncio.Future[PubAck]]:
         """A new reply token and the future its ack will fill, waiting from now on."""
@@ -155,9 +141,7 @@ class Pipeline:
         try:
             prefix = self._nc.new_inbox() + "."
             with self._guard:
-                sub = await self._nc.subscribe(prefix + "*")
-            internals.check_subscription(sub)
-            internals.deliver_directly(sub, self._on_reply)
+                await self._nc.subscribe(prefix + "*", cb=self._replied)
             self._prefix = prefix
             self._opening.set_result(None)
         except BaseException as exc:
@@ -176,6 +160,12 @@ class Pipeline:
         for future, _, _ in waiting.values():
             if not future.done():
                 future.set_exception(TransientError("the connection closed before the ack"))
+
+    async def _replied(self, msg: Msg) -> None:
+        try:
+            self._on_reply(msg)
+        except Exception:  # nats-py's subscription task must keep reading the others
+            log.exception("a reply could not be handled; its publish will time out")
 
     def _on_reply(self, msg: Msg) -> None:
         waiting = self._waiting.pop(msg.subject[len(self._prefix) :], None)

@@ -20,8 +20,8 @@ import nats.errors
 from nats.aio.client import Client
 
 from taskq.errors import PermissionDenied
-from taskq.nats import internals
 from taskq.nats.errors import Guard
+from taskq.nats.wire import Wire
 
 
 @dataclass(frozen=True)
@@ -39,13 +39,14 @@ class Probe:
 class Probes:
     """Harmless questions to the server on one connection."""
 
-    def __init__(self, client: Client, guard: Guard) -> None:
+    def __init__(self, client: Client, guard: Guard, wire: Wire) -> None:
         self._nc = client
         self._guard = guard
+        self._wire = wire
 
     def server_info(self) -> dict[str, Any]:
         """The INFO the connected server sent: version, name, cluster, TLS and auth."""
-        return internals.server_info(self._nc)
+        return self._wire.server_info(self._nc)
 
     def connected_url(self) -> str | None:
         """The URL of the server this connection uses now."""
@@ -104,7 +105,7 @@ class Probes:
     async def _round_trip(self, timeout: float) -> None:
         """Return once the server has read everything sent so far, and we its answers
         to it (the server handles a client's lines in order: its PONG comes after them)."""
-        await internals.write_pending(self._nc)
+        await self._wire.write_pending(self._nc)
         await self._nc.flush(timeout=int(max(1, timeout)))
 
 

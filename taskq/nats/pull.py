@@ -20,10 +20,10 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from taskq.errors import BrokerError, DecodeError, NotFound, TransientError
-from taskq.nats import internals
 from taskq.nats.claims import Claim, Claims, is_claim
 from taskq.nats.errors import Guard
 from taskq.nats.types import StoredMessage
+from taskq.nats.wire import Wire
 from taskq.records.places import Seals, shares_its_object
 from taskq.records.sealing import is_sealed
 
@@ -39,6 +39,7 @@ class Delivery:
         "_guard",
         "_msg",
         "_pending",
+        "_settled",
         "num_delivered",
         "sealed",
         "seq",
@@ -53,6 +54,7 @@ class Delivery:
         self._claim: Claim | None = None  # a claim-checked body: released once settled
         self._claims: Claims | None = None
         self.unreadable: str | None = None
+        self._settled = False  # an ack, NAK or TERM sent (some as raw writes nats-py never saw)
         self._take(msg.data, seals)
         self.stream, self.num_delivered, self.seq, self._pending = _ack_subject(msg)
 
@@ -107,9 +109,9 @@ class Delivery:
         return headers.get(name) if headers else None
 
     @property
-    def ack_subject(self) -> bytes:
+    def ack_subject(self) -> str:
         """Where this delivery is settled: the server's `$JS.ACK...` reply subject."""
-        return self._msg.reply.encode()
+        return self._msg.reply
 
     @property
     def pending(self) -> int:
@@ -124,29 +126,32 @@ class Delivery:
     async def ack(self) -> None:
         with self._guard:
             await self._msg.ack()
+        self._settled = True
         if self._claim is not None:
             await self._release()
 
     @property
     def settled(self) -> bool:
         """True once an ack, NAK or TERM was sent for this delivery."""
-        return self._msg.is_acked
+        return self._settled
 
     async def acked_by_write(self) -> None:
         """Note an ack the connection wrote for this delivery (`Connection.ack_all`)."""
-        internals.mark_settled(self._msg)
+        self._settled = True
         if self._claim is not None:
             await self._release()
 
     async def ack_sync(self, timeout: float = 5.0) -> None:
         with self._guard:
             await self._msg.ack_sync(timeout=timeout)
+        self._settled = True
         if self._claim is not None:
             await self._release()
 
     async def nak(self, delay: float = 0.0) -> None:
         with self._guard:
             await self._msg.nak(delay=delay if delay > 0 else None)
+        self._settled = True
 
     async def in_progress(self) -> None:
         with self._guard:
@@ -157,7 +162,7 @@ class Delivery:
         payload = b"+TERM" + (b" " + reason.encode()[:200] if reason else b"")
         with self._guard:
             await self._client.publish(self._msg.reply, payload)
-        internals.mark_settled(self._msg)
+        self._settled = True
         if self._claim is not None:
             await self._release()  # the dead letter keeps its own copy of the original
 
@@ -169,6 +174,7 @@ class Puller:
         self,
         client: Client,
         guard: Guard,
+        wire: Wire,
         stream: str,
         durable: str,
         seals: Seals,
@@ -176,6 +182,7 @@ class Puller:
     ) -> None:
         self._client = client
         self._guard = guard
+        self._wire = wire
         self._seals = seals
         self._claims = claims  # None: claim-check references are yielded as they are
         self._next = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}"
@@ -185,10 +192,11 @@ class Puller:
 
     async def open(self) -> Puller:
         with self._guard:
-            self._sub = await self._client.subscribe(self._inbox)
-        internals.check_subscription(self._sub)
-        self._queue = internals.pending_queue(self._sub)
+            self._sub = await self._client.subscribe(self._inbox, cb=self._arrived)
         return self
+
+    async def _arrived(self, msg: Msg) -> None:
+        self._queue.put_nowait(msg)
 
     async def stream(self, batch: int, expires: float) -> AsyncIterator[Delivery]:
         """Yield up to `batch` deliveries as they arrive, for at most `expires` seconds."""
@@ -214,10 +222,10 @@ class Puller:
 
     async def _get(self, deadline: float) -> Msg | None:
         if not self._queue.empty():
-            return internals.taken(self._sub, self._queue.get_nowait())
+            return self._queue.get_nowait()
         try:
             async with asyncio.timeout_at(deadline):
-                return internals.taken(self._sub, await self._queue.get())
+                return await self._queue.get()
         except TimeoutError:
             return None
 
@@ -227,7 +235,7 @@ class Puller:
             if self._sub is not None:
                 await self._sub.unsubscribe()
         while not self._queue.empty():
-            msg = internals.taken(self._sub, self._queue.get_nowait())
+            msg = self._queue.get_nowait()
             if not (msg.headers and msg.headers.get("Status")):
                 with contextlib.suppress(Exception):
                     await msg.nak()

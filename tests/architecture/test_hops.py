@@ -10,7 +10,7 @@ from bench.hops import measure
 from tests.architecture.test_map import CODE, COUNTED, DOC
 
 # modules a plain task's code passes through; issue 40's target for a delivery is 20
-ENQUEUE_BUDGET = 20
+ENQUEUE_BUDGET = 19
 DELIVERY_BUDGET = 28
 
 
@@ -25,7 +25,7 @@ def documented() -> tuple[list[str], list[str]]:
 
 async def test_a_plain_task_runs_the_modules_the_map_names(nats_url: str) -> None:
     enqueue, delivery = await measure(nats_url)
-    assert len(enqueue) <= ENQUEUE_BUDGET, enqueue
+    assert len(enqueue) <= ENQUEUE_BUDGET, str(enqueue)
     assert len(delivery) <= DELIVERY_BUDGET, delivery
     named_enqueue, named_delivery = documented()
     assert sorted(enqueue) == sorted(named_enqueue), "docs/architecture.md: the enqueue's list"
@@ -34,5 +34,5 @@ async def test_a_plain_task_runs_the_modules_the_map_names(nats_url: str) -> Non
 
 def test_the_check_can_fail() -> None:
     enqueue, delivery = documented()
-    assert len(enqueue) == 20 and "workers/judge.py" in delivery
+    assert len(enqueue) == 19 and "workers/judge.py" in delivery
     assert sorted([*delivery, "taskq/cron.py"]) != sorted(delivery)
