@@ -71,7 +71,7 @@ class Settings(BaseModel):
     # so that no other role may subscribe to them (docs/security.md)
     inbox_prefix: str = Field(default="_INBOX", pattern=r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
     connect_timeout: float = Field(default=2.0, gt=0)
-    # the transport's fast paths on nats-py's private attributes (taskq/nats/internals.py);
+    # the transport's fast paths on nats-py's private attributes (taskq/nats/wire.py);
     # off: nats-py's public API only (taskq/nats/wire.py), e.g. on an untested nats-py
     nats_fast_paths: bool = True
     # topology

@@ -1,5 +1,5 @@
 """The fast paths' nats-py private attributes exist on a live connection and do their work
-(taskq/nats/internals.py), a nats-py without them gets the public API instead, and the
+(taskq/nats/wire.py), a nats-py without them gets the public API instead, and the
 switch picks the way: a nats-py upgrade that changes them fails here."""
 
 from __future__ import annotations
@@ -10,9 +10,8 @@ import nats
 import nats.errors
 import pytest
 
-from taskq.nats import internals
 from taskq.nats.connect import PENDING_SIZE
-from taskq.nats.wire import Wire
+from taskq.nats.wire import FastWire, Wire, wire_for
 from tests.conftest import finishes
 
 
@@ -21,8 +20,8 @@ async def test_privates_exist_on_live_objects(nats_url: str) -> None:
     queues reach the server in order, as nats-py's own publishes would."""
     client = await nats.connect(nats_url)
     try:
-        wire = internals.wire_for(client, fast=True, pending_size=PENDING_SIZE)
-        assert isinstance(wire, internals.FastWire)
+        wire = wire_for(client, fast=True, pending_size=PENDING_SIZE)
+        assert isinstance(wire, FastWire)
         sub = await client.subscribe("taskq.internals.>")
         sent = [(f"taskq.internals.{n}", "", str(n).encode(), {"N": str(n)}) for n in range(3)]
         await wire.write_many(client, sent)
@@ -42,7 +41,7 @@ def test_a_nats_py_without_the_privates_gets_the_public_api(
     from types import SimpleNamespace
 
     changed = SimpleNamespace(_send_command=lambda frames: None)  # the rest renamed
-    wire = internals.wire_for(changed, fast=True, pending_size=PENDING_SIZE)  # type: ignore[arg-type]
+    wire = wire_for(changed, fast=True, pending_size=PENDING_SIZE)  # type: ignore[arg-type]
     assert type(wire) is Wire and "public API" in caplog.text
     assert "_flush_pending" in caplog.text  # which one is missing
 

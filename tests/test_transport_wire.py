@@ -36,7 +36,7 @@ def public_api(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 async def test_the_switch_is_off_here(app: App) -> None:
-    from taskq.nats.internals import FastWire
+    from taskq.nats.wire import FastWire
 
     client = await app.client()
     wire = client.connection._wire

@@ -13,9 +13,8 @@ import nats.errors
 from nats.aio.client import Client
 
 from taskq.errors import ConnectError, PermissionDenied
-from taskq.nats import internals
 from taskq.nats.errors import Guard
-from taskq.nats.wire import Wire
+from taskq.nats.wire import Wire, wire_for
 from taskq.settings import Settings
 
 log = logging.getLogger("taskq.nats")
@@ -124,7 +123,7 @@ async def open_client(settings: Settings, name: str, events: Events) -> tuple[Cl
             async with asyncio.timeout(1.0):
                 await client.close()
         raise ConnectError(settings.url, _describe(last)) from None
-    wire = internals.wire_for(client, settings.nats_fast_paths, PENDING_SIZE)
+    wire = wire_for(client, settings.nats_fast_paths, PENDING_SIZE)
     client.options["max_reconnect_attempts"] = -1  # from now on, never give up
     events.live = True
     return client, wire

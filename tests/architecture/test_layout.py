@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import re
+from pathlib import Path
 
 from tests.architecture.modules import ROOT, cycles, graph, imported_names, layer, modules
 
@@ -51,21 +52,55 @@ def test_only_taskq_nats_imports_nats() -> None:
 
 
 def test_nats_py_privates_are_touched_in_one_file() -> None:
-    """Outside taskq/nats/internals.py no code reads another object's `_private` attribute
-    inside taskq.nats (its own `self._x` fields are fine)."""
+    """Outside taskq/nats/wire.py no code inside taskq.nats reads another object's
+    `_private` attribute, directly or by name through getattr/hasattr/setattr (its own
+    `self._x` fields are fine)."""
     offenders = []
     for path in sorted((ROOT / "taskq" / "nats").glob("*.py")):
-        if path.name == "internals.py":
+        if path.name == "wire.py":
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if (
-                isinstance(node, ast.Attribute)
-                and node.attr.startswith("_")
-                and not node.attr.startswith("__")
-                and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
-            ):
-                offenders.append(f"{path.name}:{node.lineno} .{node.attr}")
+        offenders += [f"{path.name}:{line} {what}" for line, what in _private_uses(path)]
     assert offenders == []
+
+
+def test_at_most_four_nats_py_privates_none_written() -> None:
+    """wire.py uses at most four of nats-py's private attributes and writes none (no
+    assignment to one, no setattr): what a nats-py upgrade can break is small and read."""
+    wire = ROOT / "taskq" / "nats" / "wire.py"
+    uses = {what for _, what in _private_uses(wire)}
+    names = {what.split()[-1].lstrip(".") for what in uses}
+    assert names == {"_send_command", "_flush_pending", "_flush_queue", "_server_info"}, names
+    written = [
+        node.lineno
+        for node in ast.walk(ast.parse(wire.read_text()))
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.ctx, ast.Store)
+        and node.attr.startswith("_")
+        and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+    ]
+    assert written == [] and not any(what.startswith("setattr") for what in uses)
+
+
+def _private_uses(path: Path) -> list[tuple[int, str]]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+            and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+        ):
+            found.append((node.lineno, f".{node.attr}"))
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr", "setattr")
+            and len(node.args) > 1
+            and isinstance(node.args[1], ast.Constant)
+            and str(node.args[1].value).startswith("_")
+        ):
+            found.append((node.lineno, f"{node.func.id} {node.args[1].value}"))
+    return found
 
 
 def test_one_import_name_is_installed() -> None:
