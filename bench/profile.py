@@ -30,7 +30,7 @@ PARTS: list[tuple[str, tuple[str, ...]]] = [
     ("log line", ("workers/logs.py", "workers/settled_log.py", "logging/")),
     (
         "result record: build and encode",
-        ("workers/outcomes.py", "taskq/records/results.py", "_encoded"),
+        ("result_record (", "record_fields (", "taskq/records/results.py", "_encoded"),
     ),
     (
         "publish pipeline (records): send, await, acks read",

@@ -92,7 +92,7 @@ async def test_acks_in_one_write_settle_every_delivery(app: App) -> None:
 def test_what_passed_as_a_subject_is_still_checked_as_a_header_name() -> None:
     """The check remembers what passed, subjects apart from header names: `a:b` is a
     subject, never a header name (its colon would end the name early)."""
-    from taskq.nats.outbound import check
+    from taskq.nats.pipeline import check
 
     check("a:b")
     check("a:b")  # remembered: still fine

@@ -1,10 +1,10 @@
-"""How the settler chooses to write a group's result records (workers/record_batches.py):
+"""How the settler chooses to write a group's result records (`RecordBatches` in workers/writes.py):
 each way measured once, then the one that cost less per record lately, the other tried
 again every EXPLORE-th group; a lone record always goes alone."""
 
 from __future__ import annotations
 
-from taskq.workers.record_batches import EXPLORE, RecordBatches
+from taskq.workers.writes import EXPLORE, RecordBatches
 
 
 def test_each_way_is_measured_once_then_the_cheaper_is_kept_and_the_other_explored() -> None:

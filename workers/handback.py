@@ -24,7 +24,7 @@ from taskq.ids import safe_id
 from taskq.records.envelope import MSG_ID
 from taskq.records.results import encoded, store_encoded
 from taskq.workers.job import Job
-from taskq.workers.outcomes import interrupted_fields
+from taskq.workers.writes import interrupted_fields
 
 log = logging.getLogger("taskq.worker")
 

@@ -44,10 +44,9 @@ from taskq.workers.history import FAILED, RETRIED, SUCCEEDED, Pending
 from taskq.workers.job import Job
 from taskq.workers.lease import Leases
 from taskq.workers.progress import ProgressWriter
-from taskq.workers.record_batches import RecordBatches
 from taskq.workers.running import RunningJobs
 from taskq.workers.settled_log import log_settled
-from taskq.workers.writes import Writes, send, send_group, store, writes_for
+from taskq.workers.writes import RecordBatches, Writes, send, send_group, store, writes_for
 
 log = logging.getLogger("taskq.worker")
 Sent = tuple[Awaitable[PubAck] | None, Awaitable[PubAck] | None]  # a record's, a letter's ack

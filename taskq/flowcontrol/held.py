@@ -36,7 +36,7 @@ from taskq.flowcontrol.keys import task_token, token
 from taskq.flowcontrol.store import ensure_limits
 from taskq.ids import safe_id
 from taskq.nats import Delivery, StoredMessage
-from taskq.nats.outbound import check
+from taskq.nats.pipeline import check
 from taskq.nats.records import TTL
 from taskq.records.envelope import MSG_ID, TASK_HEADER, Envelope
 from taskq.records.schedules import INTERNAL, SCHEDULE, TARGET, at_expression, delayed_name

@@ -19,7 +19,7 @@ from nats.js import JetStreamContext
 
 from taskq.errors import BrokerError
 from taskq.nats.errors import WRONG_LAST_SEQUENCE, Guard
-from taskq.nats.outbound import check
+from taskq.nats.pipeline import check
 
 EXPECTED_LAST = "Nats-Expected-Last-Subject-Sequence"
 EXPECTED_LAST_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"  # its subject filter

@@ -70,7 +70,7 @@ class Wire:
 
 
 def header_block(headers: dict[str, str]) -> bytes:
-    """A message's NATS header block (`outbound.check` has vetted every name and value)."""
+    """A message's NATS header block (`pipeline.check` has vetted every name and value)."""
     lines = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
     return f"NATS/1.0\r\n{lines}\r\n".encode()
 

@@ -23,7 +23,7 @@ from taskq.errors import ConfigError, DecodeError, UnsafeName
 from taskq.flowcontrol.held import commit_id
 from taskq.flowcontrol.keys import call_digest, token
 from taskq.ids import MAX_KEY, check_key, safe_id
-from taskq.nats.outbound import check
+from taskq.nats.pipeline import check
 from taskq.records.envelope import MSG_ID, decode
 from taskq.records.firings import run_id
 from taskq.records.schedules import delayed_name
