@@ -2,13 +2,14 @@
 
 The verdict comes from `taskq.policy.decide` alone; deliveries that cannot run (undecodable,
 unknown task, crash-looped, expired, bad arguments) are judged dead without running, and
-cancelled ones are judged cancelled without running.
+cancelled ones are judged cancelled without running. What features add (a debounced
+burst's wake-up, a throttle's drop, a workflow step's journal, an edge site's rerun, an
+`eta`) are stages the worker wired in (workers/stages.py); limits go through the admission.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import random
 import time
@@ -16,19 +17,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from taskq.app import App
-from taskq.clock import Clock
 from taskq.context import Reporter, TaskContext
 from taskq.errors import ArgumentsError, DecodeError, TaskCancelled, UnknownTaskError
-from taskq.flowcontrol.debounce import BURST, judge_wake_up
-from taskq.flowcontrol.gates import DROPPED, KEPT
-from taskq.flowcontrol.held import FIRED, SPENT, UNKNOWN, spent
+from taskq.flowcontrol.held import SPENT, UNKNOWN, spent
 from taskq.flowcontrol.start_gate import StartGate, StartSlipped
 from taskq.ids import safe_id
 from taskq.nats import Delivery
 from taskq.policy import Cancel, Dead, Decision, Failure, Hold, Outcome, decide
-from taskq.records.clock import parse_time
 from taskq.records.envelope import MSG_ID, Envelope, decode
-from taskq.records.results import fetch
 from taskq.records.sealing import PLAINTEXT_REFUSED
 from taskq.task import Task
 from taskq.telemetry import CONSUMED_MESSAGES
@@ -39,12 +35,8 @@ from taskq.workers.executors import Runners
 from taskq.workers.job import Job
 from taskq.workers.lease import Leases
 from taskq.workers.running import RunningJobs
-from taskq.workflows.state import RunStepState
-from taskq.workflows.steps import ended_already, is_bound
+from taskq.workers.stages import Early, Phase, Stages, first_verdict
 
-# a message a stream copied from another (an edge site's queue, sourcing the hub's outbox)
-SOURCED = "Nats-Stream-Source"
-ENDED = frozenset({"succeeded", "dead", "cancelled", "dropped"})  # record states: no rerun
 log = logging.getLogger("taskq.worker")
 
 
@@ -61,8 +53,10 @@ class Judge:
         cancels: CancelWatch,
         reporter: Reporter,
         admission: Admission,
+        stages: Stages,
     ) -> None:
         self.app = app
+        self._stages = stages  # the features' checks this worker needs (workers/stages.py)
         self._runners = runners
         self._leases = leases
         self._running = running
@@ -103,34 +97,34 @@ class Judge:
             return await self._admission.slipped(job, task, exc), None
         return decide(task.policy, job.attempt, outcome), outcome
 
-    async def _before_running(self, job: Job) -> tuple[Decision, Outcome | None] | None:
+    async def _before_running(self, job: Job) -> Early | None:
         """The verdict on a delivery that must not run now (undecodable, cancelled, unknown,
-        crash-looped, expired, delayed), else None with `job.envelope` and `job.task` set."""
-        d = job.delivery
+        crash-looped, expired, or stopped by a stage), else None with `job.envelope` and
+        `job.task` set."""
         try:
-            job.envelope = self._decode(d, job.queue)
-            if d.header(BURST) is not None:  # a debounced burst's wake-up
-                held = await self._wake_up(job, d.header(BURST) or "")
-                if held is not None:
-                    return held, None
+            job.envelope = self._decode(job.delivery, job.queue)
+            early = await self._asked(self._stages.on_arrival, job)
         except DecodeError as exc:
             return Dead("undecodable", exc.reason), Failure(exc)
-        job.task = self.app.tasks.get(job.envelope.task)
-        if d.header(DROPPED) is not None:  # a call a throttle window dropped: record it
-            return _dropped(d.header(DROPPED) or "", d.header(KEPT) or ""), None
-        early = self._refused(job) or await self._step_checked(job)
-        if early is None and d.header(SOURCED) is not None:  # from the hub: docs/edge.md
-            early = await self._ran_here_already(job)
         if early is not None:
             return early
-        held = await _until_due(job, self.app.settings.timings.in_worker_wait, self.app.clock)
-        if held is not None:
-            return held, None
-        return self._refused(job, cancelled_only=True)  # a cancel while it waited
+        job.task = self.app.tasks.get(job.envelope.task)
+        early = self._refused(job) or await self._asked(self._stages.before_run, job)
+        if early is not None:
+            return early
+        return self._refused(job, cancelled_only=True)  # a cancel while a stage waited
 
-    def _refused(
-        self, job: Job, cancelled_only: bool = False
-    ) -> tuple[Decision, Outcome | None] | None:
+    async def _asked(self, phase: Phase, job: Job) -> Early | None:
+        """The verdict of `phase`'s stages, asked only when the delivery carries a header
+        or an envelope field that marks one of them (a plain task carries none)."""
+        headers = job.delivery.raw_headers
+        if (headers and not phase.headers.isdisjoint(headers)) or any(
+            getattr(job.envelope, field) for field in phase.fields
+        ):
+            return await first_verdict(phase.stages, job)
+        return None
+
+    def _refused(self, job: Job, cancelled_only: bool = False) -> Early | None:
         """Cancelled, unknown, crash-looped or expired: its verdict; else None."""
         envelope, task, d = job.envelope, job.task, job.delivery
         assert envelope is not None
@@ -175,48 +169,6 @@ class Judge:
             return Hold(held, until=again, since=since), None
         why = f"no worker of queue {job.queue} knew it for {grace:g} s"
         return Dead("unknown_task", why), Failure(UnknownTaskError(envelope.task, why))
-
-    async def _step_checked(self, job: Job) -> tuple[Decision, Outcome | None] | None:
-        """A durable workflow step its run's journal never commanded (a producer may
-        publish to the queue): dead unrun, and recorded as no step's outcome. A step whose
-        outcome its run's journal holds already (redelivered after its worker died before
-        the ack): acknowledged unrun, so a completed step never runs again."""
-        envelope = job.envelope
-        assert envelope is not None
-        if not isinstance(envelope.workflow, RunStepState):
-            return None
-        client = await self.app.client()
-        if not await is_bound(client, envelope):
-            job.envelope = dataclasses.replace(envelope, workflow=None)
-            why = f"no decision of workflow run {envelope.workflow.id} commanded this step"
-            return Dead("forged_step", why), None
-        if await ended_already(client, envelope):  # a first delivery too (a restarted server)
-            return Hold("its outcome is in its run's journal already", done=True), None
-        return None
-
-    async def _ran_here_already(self, job: Job) -> tuple[Decision, Outcome | None] | None:
-        """A task the hub sent that this site ran to its end already: acknowledged unrun.
-        The hub sends it again when this site's server died after storing it and before
-        its flow control told the hub (a sourced position is kept only on a clean stop)."""
-        assert job.envelope is not None
-        record = await fetch(await self.app.client(), job.envelope.id)
-        if record is not None and record.state in ENDED:
-            return Hold(f"it ran at this site already ({record.state})", done=True), None
-        return None
-
-    async def _wake_up(self, job: Job, key_token: str) -> Hold | None:
-        """A debounce wake-up: hold it until its burst is due, drop it if its burst ran,
-        or make the burst's last call the job's envelope (None: run it)."""
-        assert job.envelope is not None
-        client = await self.app.client()
-        has_record = await fetch(client, job.envelope.id) is not None
-        verdict = await judge_wake_up(client, job.envelope, key_token, has_record)
-        if verdict.done:
-            return Hold("its debounced burst ran already", done=True)
-        if verdict.run is None:
-            return Hold("debounce", until=verdict.until)
-        job.envelope = verdict.run
-        return None
 
     async def _run(
         self, job: Job, task: Task[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -317,31 +269,6 @@ class Judge:
         return envelope
 
 
-async def _until_due(job: Job, soon: float, clock: Clock) -> Hold | None:
-    """A delayed task due later: held (stored as a schedule) until its `eta`; due within
-    `soon` seconds, it waits here instead (never early, no schedule's round trip)."""
-    if job.envelope is None or not job.envelope.eta:
-        return None
-    due = _due(job, clock.time())
-    if due is None:
-        return None
-    if due - clock.time() > soon:
-        assert job.envelope is not None
-        return Hold(f"its eta {job.envelope.eta}", until=due)
-    await asyncio.sleep(max(0.0, due - clock.time()))
-    return None
-
-
-def _due(job: Job, now: float) -> float | None:
-    """When a delayed task is due (epoch seconds), if that is still to come; None for a
-    task due now, or one its schedule fired (never held twice: clocks may differ)."""
-    eta = job.envelope.eta if job.envelope is not None else None
-    if not eta or job.delivery.header(FIRED) is not None:
-        return None
-    due = parse_time(eta).timestamp()
-    return due if due > now else None
-
-
 def _since(header: str | None, now: float) -> float:
     """When a worker first could not run it (0: this is the first), from its copy's header."""
     try:
@@ -349,11 +276,6 @@ def _since(header: str | None, now: float) -> float:
     except ValueError:
         return 0.0
     return value if 0 < value <= now else 0.0  # a raw publish may say anything
-
-
-def _dropped(reason: str, kept: str) -> Cancel:
-    shown = reason[:300] + (f" (kept {kept[:128]})" if kept else "")
-    return Cancel("dropped", shown, kept[:128])
 
 
 def _crashed(task: Task[Any, Any], delivered: int, unstored: str | None = None) -> Dead:

@@ -41,6 +41,7 @@ from taskq.workers.running import RunningJobs
 from taskq.workers.settle import Settler
 from taskq.workers.setup import QueueSetup, described, prepare
 from taskq.workers.slots import Slots
+from taskq.workers.stages import stages_for
 from taskq.workers.threads import TaskThreads
 from taskq.workers.timers import run_mover
 from taskq.workflows.janitor import run_janitor
@@ -175,6 +176,7 @@ class Worker:
             control.cancels,
             control.progress.report,
             admission,
+            stages_for(self.app, client.site),
         )
         middleware = self.app.middleware
         settler = Settler(

@@ -117,14 +117,14 @@ async def test_an_unexpected_error_judging_one_message_dead_letters_it_and_the_l
         return n
 
     doomed = {"doomed-1"}  # its id (`key`), known before it is enqueued
-    real = judge_module._until_due
+    real = judge_module.Judge._refused
 
-    async def until_due(job: Job, soon: float, *clock: Any) -> Any:
+    def refused(judge: Any, job: Job, *args: Any, **kwargs: Any) -> Any:
         if job.envelope is not None and job.envelope.id in doomed:
             raise RuntimeError(f"injected fault judging {job.envelope.id}")
-        return await real(job, soon, *clock)
+        return real(judge, job, *args, **kwargs)
 
-    monkeypatch.setattr(judge_module, "_until_due", until_due)
+    monkeypatch.setattr(judge_module.Judge, "_refused", refused)
     async with running_worker(app) as worker:
         target = await work.options(key="doomed-1").enqueue(0)
         with pytest.raises(TaskFailed) as failed:
@@ -136,7 +136,7 @@ async def test_an_unexpected_error_judging_one_message_dead_letters_it_and_the_l
         assert letter is not None and letter.reason == "crashed", letter
         assert letter.error.type == "RuntimeError"
         assert "RuntimeError: injected fault judging doomed-1" in letter.error.traceback
-        assert "_until_due" in letter.error.traceback  # the traceback of where it broke
+        assert "in refused" in letter.error.traceback  # the traceback of where it broke
         handles = [await work.enqueue(n) for n in (1, 2, 3)]
         assert [await h.result(timeout=20) for h in handles] == [1, 2, 3]
         stats = worker.stats  # counted after the ack (the TERM), once the records are stored
