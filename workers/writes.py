@@ -1,5 +1,5 @@
 """A verdict's writes, stored before its message settles: the task's result record, its dead
-letter, and for a workflow step the workflow's next step (or its end).
+letter, and for a workflow's member what its workflow needs (workers/member_writes.py).
 
 A task never leaves its queue without its record, and a dead letter is stored before the
 TERM, so a message is never in neither place. `send` publishes a verdict's record and dead
@@ -39,15 +39,11 @@ from taskq.ids import safe_id
 from taskq.nats import PubAck
 from taskq.policy import Ack, Cancel, Dead, Decision, Failure, Nak, Outcome, Success
 from taskq.records.clock import stamp
-from taskq.records.envelope import Envelope
 from taskq.records.heartbeats import worker_name
 from taskq.records.results import ResultRecord, encoded, store_encoded
-from taskq.records.results import store as store_result
 from taskq.workers.job import Job
-from taskq.workflows.canvas import advance
-from taskq.workflows.canvas_runs import note_settled
-from taskq.workflows.state import ChainState, ChordState, RunStepState, Step, final_id
-from taskq.workflows.steps import step_ended
+from taskq.workers.member_writes import member_writes
+from taskq.workflows.state import final_id
 
 _WORKER = worker_name()
 # A record repeats the call's arguments only when its message is small: a big call would make
@@ -103,27 +99,6 @@ def _verdict(decision: Decision, outcome: Outcome | None) -> dict[str, Any]:
         return {"state": "failed", "error": error}
     assert isinstance(decision, Dead)
     return {"state": "dead", "error": error, "reason": decision.reason}
-
-
-def final_record(envelope: Envelope, record: ResultRecord) -> ResultRecord:
-    """What a workflow's final task records when a member ends the workflow (dead or
-    cancelled) before it could run: the member's verdict (state, error, reason: what the
-    workflow's waiters get) under the final task's own name, queue and call as the
-    workflow declared it, naming the step that ended it; no attempt of its own."""
-    step = _final_step(envelope)
-    own: dict[str, Any] = {"attempts": 0, "worker": "", "started_at": None, "workflow": None}
-    if step is not None:
-        own |= {"task": step.task, "queue": step.queue, "args": step.args, "kwargs": step.kwargs}
-    return record.model_copy(update={**own, "enqueued_at": None, "failed_step": envelope.id})
-
-
-def _final_step(envelope: Envelope) -> Step | None:
-    flow = envelope.workflow
-    if isinstance(flow, ChainState) and flow.rest:
-        return flow.rest[-1]
-    if isinstance(flow, ChordState):
-        return flow.callback
-    return None
 
 
 def _call(job: Job) -> dict[str, Any]:
@@ -285,20 +260,10 @@ async def store(
     envelope = job.envelope
     if envelope is not None and writes.record is not None:
         await store_encoded(client, envelope.id, writes.record)
-    if envelope is not None and envelope.workflow is not None:
-        final = final_id(envelope.workflow, envelope.id)
-        if isinstance(decision, Ack) and isinstance(outcome, Success):
-            await advance(client, envelope, outcome.value)  # before the ack
-        elif isinstance(decision, Dead | Cancel) and final:
-            # the workflow ends visibly: its final task reports this member's error/cancel
-            record = result_record(job, decision, outcome)
-            if record is not None:
-                await store_result(client, final, final_record(envelope, record))
-    if envelope is not None and isinstance(envelope.workflow, RunStepState):
-        # into its run's journal (the step's lease kept while a full store refuses it)
-        await step_ended(client, envelope, decision, outcome)
-    elif envelope is not None and envelope.workflow is not None:
-        await note_settled(client, envelope, decision)  # a chain's, group's or chord's summary
+    if envelope is not None and envelope.workflow is not None:  # workers/member_writes.py
+        ended = isinstance(decision, Dead | Cancel)
+        record = result_record(job, decision, outcome) if ended else None
+        await member_writes(client, envelope, decision, outcome, record)
     if writes.letter is not None:
         await store_letter(client, writes.letter)
 

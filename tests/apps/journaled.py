@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 import taskq
-import taskq.workers.writes as writes
+import taskq.workers.member_writes as writes
 from taskq import App, Workflow
 from taskq.workflows import store
 
