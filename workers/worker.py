@@ -12,39 +12,23 @@ import contextlib
 import logging
 import traceback
 from collections import Counter
-from dataclasses import dataclass
-from functools import partial
 from typing import TYPE_CHECKING
 
 from taskq.app import App
 from taskq.client import Client
-from taskq.dlq.sweeper import run_sweeper
 from taskq.errors import BrokerError, ConnectionLost, NotFound, TaskqError, TransientError
 from taskq.nats import Delivery, Puller
 from taskq.policy import Dead, Failure
 from taskq.retrying import retry_transient
-from taskq.workers.admission import Admission
-from taskq.workers.control import (
-    ControlPlane,
-    durability_notice,
-    notice_task_sets,
-    worker_record,
-)
+from taskq.workers.assembly import Parts, Shape, assemble, beside, start
 from taskq.workers.executors import runners_for
 from taskq.workers.handback import hand_back
 from taskq.workers.job import Job
-from taskq.workers.judge import Judge
 from taskq.workers.lease import Leases
-from taskq.workers.levels import Levels
 from taskq.workers.limits import Limits
-from taskq.workers.running import RunningJobs
-from taskq.workers.settle import Settler
 from taskq.workers.setup import QueueSetup, described, prepare
 from taskq.workers.slots import Slots
-from taskq.workers.stages import stages_for
 from taskq.workers.threads import TaskThreads
-from taskq.workers.timers import run_mover
-from taskq.workflows.janitor import run_janitor
 
 if TYPE_CHECKING:
     from taskq.workers.spark.session import SparkRuntime
@@ -90,7 +74,7 @@ class Worker:
         self._leases = Leases()
         # made by `run` once connected, each with what it needs
         self._client: Client | None = None
-        self._parts: _Parts | None = None
+        self._parts: Parts | None = None
         mine = [t for t in app.tasks.values() if t.queue in self.queues]
         # Spark and process tasks (if any) run here; `spark` shares a session across workers
         lent, settings = self._slots.lent, app.settings
@@ -129,27 +113,18 @@ class Worker:
         )
         await self.app.hooks.run_start()
         await self._runners.start()
-        parts = self._parts = self._assemble(client)
-        await parts.control.start()
-        with contextlib.suppress(TaskqError):  # a notice: never a reason not to start
-            await notice_task_sets(client, parts.control.record)
+        shape = Shape(
+            self.queues, self.concurrency, self.stats, self._runners, self._leases, self.problem
+        )
+        parts = self._parts = assemble(self.app, client, shape)
+        await start(client, parts)
         self._log_ready()
         loops = [asyncio.create_task(self._consume(key)) for key in self._setups]
-        mains = [s for s in self._setups.values() if s.lane is None]
-        levels = Levels(self.app, client, mains, self._consume_level)
-        loops.append(asyncio.create_task(levels.run(self._stopping)))
-        # fired schedules (delayed, periodic, held tasks) into their queues
-        mover = partial(run_mover, client, stopping=self._stopping, linger=self.fetch_timeout)
-        loops += [asyncio.create_task(mover(q, stats=self.stats)) for q in self.queues]
         loops.append(asyncio.create_task(self._watch_connection(client)))
-        monitor = self.app.settings.monitor_url
-        loops.append(asyncio.create_task(durability_notice(client, monitor, self._stopping)))
-        if self.sweeper:
-            # Every worker sweeps crash-looped messages on one shared durable consumer.
-            swept = parts.control.history.pending
-            loops.append(asyncio.create_task(run_sweeper(client, self._stopping, swept)))
-        if self.app.workflows:  # journal subjects of ids that never started a run
-            loops.append(asyncio.create_task(run_janitor(client, self._stopping)))
+        mains = [s for s in self._setups.values() if s.lane is None]
+        levels = (mains, self._consume_level)
+        stopping, linger = self._stopping, self.fetch_timeout
+        loops += beside(self.app, client, parts, shape, stopping, levels, linger, self.sweeper)
         self._ready.set()
         try:
             await self._stopping.wait()
@@ -157,39 +132,6 @@ class Worker:
             await self._shut_down(client, loops)
         if self.lost is not None:
             raise self.lost
-
-    def _assemble(self, client: Client) -> _Parts:
-        """The parts that handle deliveries, each made with what it needs."""
-        admission = Admission(client, self.stats)
-        running = RunningJobs()
-        pool_size = self._runners.pool.size if self._runners.pool else None
-        tasks = [
-            f"{t.queue}:{name}" for name, t in self.app.tasks.items() if t.queue in self.queues
-        ]
-        record = worker_record(self.queues, self.concurrency, pool_size, tasks)
-        control = ControlPlane(client, running, self.stats, record, self.problem)
-        judge = Judge(
-            self.app,
-            self._runners,
-            self._leases,
-            running,
-            control.cancels,
-            control.progress.report,
-            admission,
-            stages_for(self.app, client.site),
-        )
-        middleware = self.app.middleware
-        settler = Settler(
-            client,
-            self.stats,
-            admission,
-            middleware,
-            control.progress,
-            running=running,
-            leases=self._leases,
-            history=control.history.pending,
-        )
-        return _Parts(admission, control, judge, settler)
 
     def problem(self) -> str | None:
         """Why this worker is unhealthy (a fetch loop whose last fetch failed), or None."""
@@ -386,13 +328,3 @@ class Worker:
                 log.exception("dead-lettering seq %s failed; handed back", job.delivery.seq)
         with contextlib.suppress(Exception):
             await job.delivery.nak(delay=self._timings.failed_again)
-
-
-@dataclass(frozen=True)
-class _Parts:
-    """What handles deliveries once the worker is connected."""
-
-    admission: Admission
-    control: ControlPlane
-    judge: Judge
-    settler: Settler
