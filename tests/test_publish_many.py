@@ -92,14 +92,16 @@ async def test_acks_in_one_write_settle_every_delivery(app: App) -> None:
 def test_what_passed_as_a_subject_is_still_checked_as_a_header_name() -> None:
     """The check remembers what passed, subjects apart from header names: `a:b` is a
     subject, never a header name (its colon would end the name early)."""
-    from taskq.nats.pipeline import check
+    from taskq.nats.pipeline import Passed, check
 
-    check("a:b")
-    check("a:b")  # remembered: still fine
+    passed = Passed()  # a connection's: nothing is remembered process-wide
+    check("a:b", None, passed)
+    check("a:b", None, passed)  # remembered: still fine
+    assert "a:b" in passed.subjects and not passed.names
     with pytest.raises(UnsafeName):
-        check("subject", {"a:b": "v"})
+        check("subject", {"a:b": "v"}, passed)
     with pytest.raises(UnsafeName):
-        check("subject", {"Name": "line\r\nInjected: 1"})  # values are checked every time
-    check("subject", {"Name": "v"})
+        check("subject", {"Name": "line\r\nInjected: 1"}, passed)  # values: every time
+    check("subject", {"Name": "v"}, passed)
     with pytest.raises(UnsafeName):
-        check("subject", {"Name": "v\n"})
+        check("subject", {"Name": "v\n"}, passed)

@@ -50,31 +50,39 @@ _BREAKS = re.compile(r"[\r\n\x00]")
 _NAME = re.compile(r"[!-9;-~]+")  # a header name: printable, no space, no colon
 
 
-# subjects, and apart from them header names, checked already (a bulk enqueue's messages
-# share them): each kept up to MAX_PASSED, then forgotten all at once
-_SUBJECTS: dict[str, None] = {}
-_NAMES: dict[str, None] = {}
 MAX_PASSED = 4096
 
 
-def check(subject: str, headers: dict[str, str] | None = None) -> None:
+class Passed:
+    """Subjects, and apart from them header names, checked already on one connection (a
+    bulk enqueue's messages share them): each kept up to MAX_PASSED, then all forgotten."""
+
+    def __init__(self) -> None:
+        self.subjects: dict[str, None] = {}
+        self.names: dict[str, None] = {}
+
+
+def check(
+    subject: str, headers: dict[str, str] | None = None, passed: Passed | None = None
+) -> None:
     """Raise UnsafeName unless `subject` is a valid publish subject and every header name
-    and value fits on its header line."""
-    if subject not in _SUBJECTS:
+    and value fits on its header line (what `passed` holds is not checked again)."""
+    seen = passed or Passed()
+    if subject not in seen.subjects:
         if len(subject) > MAX_SUBJECT or not _SUBJECT.fullmatch(subject):
             raise UnsafeName("subject", subject)
-        _passed(_SUBJECTS, subject)
+        _remember(seen.subjects, subject)
     if headers:
         for name, value in headers.items():
             if _BREAKS.search(value):
                 raise UnsafeName(f"header {name[:40]!r}", value)
-            if name not in _NAMES:
+            if name not in seen.names:
                 if not _NAME.fullmatch(name):
                     raise UnsafeName(f"header {name[:40]!r}", value)
-                _passed(_NAMES, name)
+                _remember(seen.names, name)
 
 
-def _passed(seen: dict[str, None], text: str) -> None:
+def _remember(seen: dict[str, None], text: str) -> None:
     if len(seen) >= MAX_PASSED:
         seen.clear()
     seen[text] = None
@@ -94,6 +102,7 @@ class Pipeline:
         self._nc = client
         self._guard = guard
         self._wire = wire
+        self._passed = Passed()  # what `check` passed on this connection
         self._prefix = ""
         self._opening: asyncio.Future[None] | None = None
         self._sent = 0
@@ -118,7 +127,7 @@ class Pipeline:
         requeued dead letter) would be taken for an uncommitted batch and never stored."""
         if headers and not batched:
             headers = unbatched(headers)
-        check(subject, headers)
+        check(subject, headers, self._passed)
         if not self._prefix:
             await self._open()
         token, future = self._expect(ack_timeout)
@@ -138,7 +147,7 @@ class Pipeline:
         `send` returns it. Everything is checked before anything is sent."""
         plain = [(s, b, unbatched(h) if h else None) for s, b, h in messages]
         for subject, _, headers in plain:
-            check(subject, headers)
+            check(subject, headers, self._passed)
         if not self._prefix:
             await self._open()
         outgoing: list[Outgoing] = []
@@ -162,7 +171,7 @@ class Pipeline:
         (the commit's ack, or its error, answers for the whole batch). Each is checked as a
         single publish is, then all are written at once."""
         for subject, _, headers in messages:
-            check(subject, headers)
+            check(subject, headers, self._passed)
         with self._guard:
             await self._wire.write_many(self._nc, [(s, "", b, h) for s, b, h in messages])
 
