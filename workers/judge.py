@@ -103,26 +103,20 @@ class Judge:
         `job.task` set."""
         try:
             job.envelope = self._decode(job.delivery, job.queue)
-            early = await self._asked(self._stages.on_arrival, job)
+            arrival = self._stages.on_arrival
+            early = await first_verdict(arrival.stages, job) if _marked(arrival, job) else None
         except DecodeError as exc:
             return Dead("undecodable", exc.reason), Failure(exc)
         if early is not None:
             return early
         job.task = self.app.tasks.get(job.envelope.task)
-        early = self._refused(job) or await self._asked(self._stages.before_run, job)
+        before = self._stages.before_run
+        early = self._refused(job)
+        if early is None and _marked(before, job):
+            early = await first_verdict(before.stages, job)
         if early is not None:
             return early
         return self._refused(job, cancelled_only=True)  # a cancel while a stage waited
-
-    async def _asked(self, phase: Phase, job: Job) -> Early | None:
-        """The verdict of `phase`'s stages, asked only when the delivery carries a header
-        or an envelope field that marks one of them (a plain task carries none)."""
-        headers = job.delivery.raw_headers
-        if (headers and not phase.headers.isdisjoint(headers)) or any(
-            getattr(job.envelope, field) for field in phase.fields
-        ):
-            return await first_verdict(phase.stages, job)
-        return None
 
     def _refused(self, job: Job, cancelled_only: bool = False) -> Early | None:
         """Cancelled, unknown, crash-looped or expired: its verdict; else None."""
@@ -267,6 +261,18 @@ class Judge:
             shown = parsed[1] if parsed else d.subject
             raise DecodeError(f"the body names task {envelope.task[:80]!r}, its subject {shown!r}")
         return envelope
+
+
+def _marked(phase: Phase, job: Job) -> bool:
+    """Whether the delivery carries a header or an envelope field that marks one of
+    `phase`'s stages (a plain task carries none: no stage is asked)."""
+    headers = job.delivery.raw_headers
+    if headers and not phase.headers.isdisjoint(headers):
+        return True
+    for field in phase.fields:  # noqa: SIM110 (a loop: no generator made per delivery)
+        if getattr(job.envelope, field):
+            return True
+    return False
 
 
 def _since(header: str | None, now: float) -> float:
