@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import Protocol
 
 from taskq.app import App
 from taskq.flowcontrol.debounce import BURST, judge_wake_up
@@ -35,20 +34,22 @@ SOURCED = "Nats-Stream-Source"
 ENDED = frozenset({"succeeded", "dead", "cancelled", "dropped"})  # record states: no rerun
 
 
-class Stage(Protocol):
+class Stage:
     """One feature's check of a delivery before it runs, marked by a header or an envelope
     field (the other None) that a delivery it concerns carries."""
 
-    header: str | None
-    field: str | None
+    header: str | None = None
+    field: str | None = None
 
     def applies(self, job: Job) -> bool:
-        """Whether this delivery concerns the feature: one cheap look."""
-        ...
+        """Whether this delivery concerns the feature: its mark, unless a stage narrows it."""
+        if self.header is not None:
+            return job.delivery.header(self.header) is not None
+        return self.field is not None and bool(getattr(job.envelope, self.field, None))
 
     async def check(self, job: Job) -> Early | None:
         """The delivery's verdict when it must not run now, else None."""
-        ...
+        raise NotImplementedError
 
 
 class Phase:
@@ -90,18 +91,14 @@ def stages_for(app: App, site: str | None) -> Stages:
     return Stages([BurstWakeUp(app), ThrottleDropped()], before_run)
 
 
-class BurstWakeUp:
+class BurstWakeUp(Stage):
     """A debounced burst's wake-up (its `BURST` header): held until its burst is due,
     dropped if its burst ran, or run as the burst's last call (taskq.flowcontrol.debounce)."""
 
-    header: str | None = BURST
-    field: str | None = None
+    header = BURST
 
     def __init__(self, app: App) -> None:
         self._app = app
-
-    def applies(self, job: Job) -> bool:
-        return job.delivery.header(BURST) is not None
 
     async def check(self, job: Job) -> Early | None:
         assert job.envelope is not None
@@ -117,14 +114,10 @@ class BurstWakeUp:
         return None
 
 
-class ThrottleDropped:
+class ThrottleDropped(Stage):
     """A call a throttle window dropped (its `DROPPED` header): recorded as dropped."""
 
-    header: str | None = DROPPED
-    field: str | None = None
-
-    def applies(self, job: Job) -> bool:
-        return job.delivery.header(DROPPED) is not None
+    header = DROPPED
 
     async def check(self, job: Job) -> Early | None:
         reason, kept = job.delivery.header(DROPPED) or "", job.delivery.header(KEPT) or ""
@@ -132,19 +125,18 @@ class ThrottleDropped:
         return Cancel("dropped", shown, kept[:128]), None
 
 
-class StepInJournal:
+class StepInJournal(Stage):
     """A durable workflow step its run's journal never commanded (a producer may publish
     to the queue): dead unrun, and recorded as no step's outcome. A step whose outcome its
     run's journal holds already (redelivered after its worker died before the ack):
     acknowledged unrun, so a completed step never runs again."""
 
-    header: str | None = None
-    field: str | None = "workflow"
+    field = "workflow"
 
     def __init__(self, app: App) -> None:
         self._app = app
 
-    def applies(self, job: Job) -> bool:
+    def applies(self, job: Job) -> bool:  # narrower than its mark: only a durable step
         return job.envelope is not None and isinstance(job.envelope.workflow, RunStepState)
 
     async def check(self, job: Job) -> Early | None:
@@ -160,19 +152,15 @@ class StepInJournal:
         return None
 
 
-class RanAtThisSite:
+class RanAtThisSite(Stage):
     """A task the hub sent that this site ran to its end already: acknowledged unrun. The
     hub sends it again when this site's server died after storing it and before its flow
     control told the hub (a sourced position is kept only on a clean stop; docs/edge.md)."""
 
-    header: str | None = SOURCED
-    field: str | None = None
+    header = SOURCED
 
     def __init__(self, app: App) -> None:
         self._app = app
-
-    def applies(self, job: Job) -> bool:
-        return job.delivery.header(SOURCED) is not None
 
     async def check(self, job: Job) -> Early | None:
         assert job.envelope is not None
@@ -182,20 +170,16 @@ class RanAtThisSite:
         return None
 
 
-class DueLater:
+class DueLater(Stage):
     """A delayed task due later (its `eta`): held (stored as a schedule) until then; due
     within `timings.in_worker_wait` seconds, it waits here instead (never early, no
     schedule's round trip). One its schedule fired is due now: clocks may differ."""
 
-    header: str | None = None
-    field: str | None = "eta"
+    field = "eta"
 
     def __init__(self, app: App) -> None:
         self._app = app
         self._clock = app.clock
-
-    def applies(self, job: Job) -> bool:
-        return bool(job.envelope is not None and job.envelope.eta)
 
     async def check(self, job: Job) -> Early | None:
         assert job.envelope is not None and job.envelope.eta
