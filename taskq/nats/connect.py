@@ -116,7 +116,7 @@ async def open_client(settings: Settings, name: str, events: Events) -> tuple[Cl
     except nats.errors.AuthorizationError as exc:
         raise PermissionDenied(f"NATS at {settings.url} refused the credentials: {exc}") from None
     except (TimeoutError, nats.errors.Error, OSError) as exc:  # ssl.SSLError is an OSError
-        last = events.last or Wire().last_error(client) or exc
+        last = events.last or client.last_error or exc
         if events.refused or isinstance(last, nats.errors.AuthorizationError):
             raise PermissionDenied(f"NATS at {settings.url} refused the credentials") from None
         with contextlib.suppress(Exception):

@@ -64,10 +64,6 @@ class Wire:
         version = client.connected_server_version
         return {"version": str(version)} if version else {}
 
-    def last_error(self, client: Client) -> BaseException | None:
-        """The error of the client's last connect attempt, if nats-py kept one."""
-        return client.last_error
-
 
 def header_block(headers: dict[str, str]) -> bytes:
     """A message's NATS header block (`pipeline.check` has vetted every name and value)."""
