@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from taskq import App, ConfigError
+from taskq import App, ConfigError, TaskCancelled
 from taskq.flowcontrol.held import SPENT
 from taskq.records.envelope import Envelope
 from taskq.workers.settle import Settler
@@ -187,3 +187,33 @@ async def test_concurrency_options_are_checked(app: App) -> None:
 
             @app.task(name=f"bad{len(app.tasks)}", **bad)
             async def bad_task(n: int) -> None: ...
+
+
+async def test_a_cancelled_parked_task_woken_first_passes_its_wake_on(app: App) -> None:
+    release = asyncio.Event()
+    ran: list[int] = []
+
+    # a long lease: a parked task is looked at again only after it (+1 s), so the second
+    # parked task can only run in time if the wake reaches it
+    @app.task(concurrency_key="tenant", max_per_key=1, ack_wait=60.0)
+    async def report(tenant: str, n: int) -> None:
+        ran.append(n)
+        await release.wait()
+
+    async with running_worker(app, concurrency=4) as worker:
+        running = await report.enqueue("acme", 0)
+        await wait_until(lambda: ran == [0], timeout=15)
+        # the oldest parked task (its schedule first in the timer stream) is cancelled
+        cancelled = await report.enqueue("acme", 1)
+        await wait_until(lambda: worker.stats["held"] >= 1, timeout=15)
+        waiting = await report.enqueue("acme", 2)
+        await wait_until(lambda: worker.stats["held"] >= 2, timeout=15)
+        assert (await cancelled.cancel()).state == "held"
+        release.set()
+        await running.result(timeout=15)
+        # the release woke the cancelled one, judged cancelled without a slot: it woke the
+        # next in its place, long before that one's recheck
+        await waiting.result(timeout=20)
+        assert ran == [0, 2]
+        with pytest.raises(TaskCancelled):
+            await cancelled.result(timeout=5)

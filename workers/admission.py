@@ -38,6 +38,7 @@ from taskq.flowcontrol.held import (
     Holder,
     claim,
     group,
+    woken_for,
 )
 from taskq.flowcontrol.keys import ALL, token
 from taskq.flowcontrol.options import FlowLimits, key_of
@@ -169,7 +170,7 @@ class Admission:
         slots = await self._slots(task.name, token(key), flow.max_per_key, flow.lease)
         limit = group("slot", slots.key, task.name)
         hint = job.delivery.header(SLOT_HINT)
-        slot = None
+        slot, job.slot_tried = None, True
         if hint or time.monotonic() - self._full.get(limit, 0.0) > FULL_MEMORY:
             slot = await slots.acquire(
                 job.envelope.id, int(hint) if hint and hint.isdigit() else None
@@ -242,10 +243,13 @@ class Admission:
             self._rechecks.pop(limit, None)
 
     async def release(self, job: Job) -> None:
-        """Give back the slot `job` held, and wake the oldest task parked on its key."""
+        """Give back the slot `job` held, and wake the oldest task parked on its key. A
+        woken copy that ended before asking for a slot (cancelled meanwhile) wakes the
+        next one in its place: else that one waits for its recheck."""
         self._parked.pop(id(job), None)
         permit = self._permits.pop(id(job), None)
         if permit is None:
+            await self._pass_wake_on(job)
             return
         self._full.pop(permit.group, None)
         try:
@@ -253,6 +257,16 @@ class Admission:
             await self._wake(job.queue, permit.group, {SLOT_HINT: str(permit.slot.index)})
         except TaskqError as exc:  # the slot expires by itself within its TTL
             log.warning("releasing a concurrency slot of %s failed: %s", permit.task_id, exc)
+
+    async def _pass_wake_on(self, job: Job) -> None:
+        assert job.task is not None
+        limit = None if job.slot_tried else woken_for(job.delivery, job.task.name)
+        if limit is None:
+            return
+        try:
+            await self._wake(job.queue, limit)
+        except TaskqError as exc:  # the parked task is looked at again at its recheck
+            log.warning("passing on the wake of %s failed: %s", limit, exc)
 
     async def _wake(self, queue: str, limit: str, note: dict[str, str] | None = None) -> None:
         if await self.holder(queue).wake(limit, note):  # a copy back in its queue: no new task

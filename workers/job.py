@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from taskq.context import TaskContext
-from taskq.flowcontrol.slots import KeySlots
 from taskq.flowcontrol.start_gate import StartGate
 from taskq.nats import Delivery
 from taskq.records.envelope import Envelope
@@ -35,6 +34,5 @@ class Job:
     handler: asyncio.Task[Any] | None = None  # the worker's task handling this delivery
     lettered: bool = False  # its dead letter is stored (by the settle group): TERM only
     cancel_requested: bool = False
-    permit: bool = False  # holds a per-key concurrency slot (taskq.workers.admission)
-    parked: KeySlots | None = None  # held for a slot of these: woken if one is free now
+    slot_tried: bool = False  # it asked its key for a slot (taskq.workers.admission)
     gate: StartGate | None = None  # a rate-limited task's reserved start, checked last

@@ -28,6 +28,7 @@ at once: it never fires.
 from __future__ import annotations
 
 import logging
+import re
 from datetime import datetime
 
 from taskq.client import Client
@@ -50,6 +51,9 @@ PARK = "Taskq-Park"  # a parked task's token: of its copies (woken, fired) only 
 # back to the queue until a worker that knows it takes one, or the grace period passes
 UNKNOWN = "Taskq-Unknown-Since"
 SLOT_HINT = "Taskq-Slot-Hint"  # on a woken copy: the slot just released, tried first
+# on a woken copy: the limit it was woken for; one that ends without trying a slot (it was
+# cancelled or expired meanwhile) passes the wake on to the next task parked there
+WOKEN = "Taskq-Woken-For"
 FIRED = "Taskq-Fired"  # on a task a schedule fired: its timer stream's sequence
 HELD_ROOT = "held"
 
@@ -59,6 +63,21 @@ log = logging.getLogger("taskq.worker")
 def group(kind: str, key: str, task: str) -> str:
     """The three tokens naming one limit in held schedules' subjects."""
     return f"{kind}.{key}.{task_token(task)}"
+
+
+def woken_for(delivery: Delivery, task: str) -> str | None:
+    """The slot limit a woken copy of `task` was woken for, None if it was not woken (or
+    the header names no slot limit of that task: a header is a producer's to forge)."""
+    value = delivery.header(WOKEN)
+    if value is None:
+        return None
+    kind, _, rest = value.partition(".")
+    key, _, name = rest.partition(".")
+    plain = _KEY_TOKEN.fullmatch(key) is not None
+    return value if kind == "slot" and plain and name == task_token(task) else None
+
+
+_KEY_TOKEN = re.compile(r"~[0-9a-f]{32}|[A-Za-z0-9_-]{1,64}")
 
 
 def spent(delivery: Delivery) -> int:
@@ -162,7 +181,8 @@ class Holder:
         held, mine = claimed
         token = held.headers.get(PARK, "")
         told = dropped_told(self.client)
-        headers = {**carried(held.headers, told), **(note or {}), MSG_ID: f"wake:{token or mine}"}
+        headers = {**carried(held.headers, told), **(note or {}), WOKEN: limit}
+        headers[MSG_ID] = f"wake:{token or mine}"
         if not await send_now(self.client, held, headers):
             return False  # not ours to move: it fires at its own time
         connection = self.client.connection
@@ -214,18 +234,21 @@ def carried(headers: dict[str, str] | None, told: set[str]) -> dict[str, str]:
     keeps them); copied, they made the outbound check refuse every held copy, hand-back and
     fired copy of the task, which then never ran. Dropped instead: the task goes on as if
     that header had not been sent (and warned about once per name: `told`, the names a
-    Client warned about, `dropped_told`)."""
+    Client warned about, `dropped_told`). A wake's marks are for the one copy it sent."""
     if not headers:
         return {}
     kept: dict[str, str] = {}
     for name, value in headers.items():
-        if name.startswith("Nats-"):
+        if name.startswith("Nats-") or name in _ONE_COPY:
             continue
         if _sendable(name, value):
             kept[name] = value
         else:
             _dropped(name, value, told)
     return kept
+
+
+_ONE_COPY = frozenset({SLOT_HINT, WOKEN})
 
 
 def _sendable(name: str, value: str) -> bool:
