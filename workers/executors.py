@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from taskq.settings import Settings
 from taskq.task import Task
+from taskq.workers.threads import TaskThreads
 
 if TYPE_CHECKING:
     from taskq.workers.limits import Limits
@@ -40,20 +41,25 @@ class Runners:
         if self.spark is not None:
             await self.spark.close()
 
+    def abandon_threads(self) -> None:
+        """Let go of the threads (a stuck `def` task's thread is a daemon: never joined)."""
+        self.threads.shutdown(wait=False, cancel_futures=True)
+
 
 def runners_for(
     settings: Settings,
     tasks: list[Task[Any, Any]],
-    threads: Executor,
+    concurrency: int,
     lend: LendSlot,
     spark: SparkRuntime | None = None,
     pool_size: int | None = None,
     limits: Limits | None = None,
 ) -> Runners:
-    """The executors `tasks` need: Spark for `executor="spark"` tasks (on `spark`, a runtime
-    shared across workers, if given), a pool of `pool_size` processes (None: the CPU count,
-    recycled by `limits`) for `executor="process"` tasks."""
-    runners = Runners(threads, lend)
+    """The executors `tasks` need: `concurrency` threads for `def` tasks, Spark for
+    `executor="spark"` tasks (on `spark`, a runtime shared across workers, if given), a
+    pool of `pool_size` processes (None: the CPU count, recycled by `limits`) for
+    `executor="process"` tasks."""
+    runners = Runners(TaskThreads(concurrency), lend)  # renewed past hung `def` tasks
     if spark is not None or any(t.executor == "spark" for t in tasks):
         from taskq.workers.spark.jobs import SparkExecutor
 

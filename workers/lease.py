@@ -45,7 +45,8 @@ class Leases:
         a generator context manager: this runs once per task)."""
         interval = max(ack_wait / 3.0, 0.05)
         self._held[delivery] = _Lease(time.monotonic() + interval, interval, queue)
-        self._ticker.start()
+        if not self._ticker.running:
+            self._ticker.start()
 
     def release(self, delivery: Delivery) -> None:
         self._held.pop(delivery, None)

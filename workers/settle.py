@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import traceback
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -114,8 +115,11 @@ class Settler:
         else:
             await self.settle_alone(verdict)
 
-    async def settle_failed(self, job: Job, dead: Dead, failure: Failure) -> None:
-        """Dead-letter a delivery that taskq itself failed on while judging it, alone."""
+    async def settle_crashed(self, job: Job, exc: Exception) -> None:
+        """Dead-letter a delivery that taskq itself failed on while judging it (`crashed`,
+        with the traceback), alone."""
+        dead = Dead("crashed", f"taskq failed on this message: {type(exc).__name__}: {exc}"[:500])
+        failure = Failure(exc, "".join(traceback.format_exception(exc)))
         await self.settle_alone(
             Verdict(job, dead, failure, await writes_for(self.client, job, dead, failure))
         )

@@ -11,12 +11,14 @@ from dataclasses import dataclass, replace
 
 from taskq.app import App
 from taskq.client import Client
+from taskq.errors import NotFound
 from taskq.flowcontrol.options import DEFAULT_PRIORITY
 from taskq.flowcontrol.store import ensure_limits
 from taskq.flowcontrol.usage import declaration, declare
 from taskq.operate.queue_control import FOREVER, ends
 from taskq.policy import DEFAULT_ACK_WAIT
 from taskq.records.schedules import register
+from taskq.retrying import retry_transient
 from taskq.topology.partitions import Part, layout, queues_in
 from taskq.topology.specs import (
     ConsumerSpec,
@@ -60,6 +62,14 @@ class QueueSetup:
         lane = "" if self.lane is None else f" lane {self.lane}"
         level = f" priority {self.level}" if self.on_demand else ""
         return f"queue {self.queue}{part}{lane}{level}"
+
+
+async def set_up(app: App, client: Client, queues: list[str]) -> dict[str, QueueSetup]:
+    """`prepare`, retried: a transient failure, or a stream just made on a fresh cluster
+    and not yet everywhere (NotFound), is tried again."""
+    return await retry_transient(
+        lambda: prepare(app, client, queues), what="worker set-up", also=(NotFound,)
+    )
 
 
 async def prepare(app: App, client: Client, queues: list[str]) -> dict[str, QueueSetup]:

@@ -32,19 +32,25 @@ class Ticker:
         self._interval = interval
         self._active = active
         self._task: asyncio.Task[None] | None = None
+        # True from `start` until the loop ends: a caller per task reads it, not a call
+        self.running = False
 
     def start(self) -> None:
         """Run the loop unless it runs already (must be called on the worker's loop)."""
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run())
+            self.running = True
 
     async def _run(self) -> None:
-        while self._active():
-            await asyncio.sleep(self._interval())
-            try:
-                await self._tick()
-            except Exception:  # the next tick may pass; a dead ticker would hide it
-                log.exception("%s failed; trying again next tick", self.name)
+        try:
+            while self._active():
+                await asyncio.sleep(self._interval())
+                try:
+                    await self._tick()
+                except Exception:  # the next tick may pass; a dead ticker would hide it
+                    log.exception("%s failed; trying again next tick", self.name)
+        finally:
+            self.running = False
 
     async def close(self) -> None:
         """Stop the loop (a tick under way is interrupted) and wait until it has stopped."""

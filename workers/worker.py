@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import traceback
 from collections import Counter
 from typing import TYPE_CHECKING
 
@@ -18,17 +17,14 @@ from taskq.app import App
 from taskq.client import Client
 from taskq.errors import BrokerError, ConnectionLost, NotFound, TaskqError, TransientError
 from taskq.nats import Delivery, Puller
-from taskq.policy import Dead, Failure
-from taskq.retrying import retry_transient
 from taskq.workers.assembly import Parts, Shape, assemble, beside, start
 from taskq.workers.executors import runners_for
 from taskq.workers.handback import hand_back
 from taskq.workers.job import Job
 from taskq.workers.lease import Leases
 from taskq.workers.limits import Limits
-from taskq.workers.setup import QueueSetup, described, prepare
+from taskq.workers.setup import QueueSetup, described, prepare, set_up
 from taskq.workers.slots import Slots
-from taskq.workers.threads import TaskThreads
 
 if TYPE_CHECKING:
     from taskq.workers.spark.session import SparkRuntime
@@ -69,7 +65,6 @@ class Worker:
         self._stopping = asyncio.Event()
         self._ready = asyncio.Event()
         self._running: dict[tuple[str, int], asyncio.Task[None]] = {}  # by stream and seq
-        self._threads = TaskThreads(concurrency)  # renewed past hung `def` tasks
         self._setups: dict[str, QueueSetup] = {}
         self._leases = Leases()
         # made by `run` once connected, each with what it needs
@@ -78,7 +73,7 @@ class Worker:
         mine = [t for t in app.tasks.values() if t.queue in self.queues]
         # Spark and process tasks (if any) run here; `spark` shares a session across workers
         lent, settings = self._slots.lent, app.settings
-        self._runners = runners_for(settings, mine, self._threads, lent, spark, pool_size, limits)
+        self._runners = runners_for(settings, mine, concurrency, lent, spark, pool_size, limits)
         self._failing: dict[str, str] = {}  # fetch loop -> why its last fetch failed
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -106,11 +101,7 @@ class Worker:
         """Run until `stop()`, then settle running tasks (NAKed past grace). HookError: a
         start hook failed (nothing was fetched)."""
         client = self._client = await self.app.client()
-        self._setups = await retry_transient(  # NotFound: a stream just made, on a fresh
-            lambda: prepare(self.app, client, self.queues),  # cluster, not yet everywhere
-            what="worker set-up",
-            also=(NotFound,),
-        )
+        self._setups = await set_up(self.app, client, self.queues)
         await self.app.hooks.run_start()
         await self._runners.start()
         shape = Shape(
@@ -186,7 +177,7 @@ class Worker:
             await parts.admission.close()
         with contextlib.suppress(TaskqError):
             await client.connection.flush()
-        self._threads.shutdown(wait=False, cancel_futures=True)
+        self._runners.abandon_threads()
         await self.app.hooks.run_stop()
         log.info("worker stopped: %s", dict(self.stats))
 
@@ -320,9 +311,7 @@ class Worker:
         else:
             log.error("judging seq %s failed: %r; dead-lettering it", job.delivery.seq, exc)
             try:
-                why = f"taskq failed on this message: {type(exc).__name__}: {exc}"[:500]
-                failure = Failure(exc, traceback.format_exc())
-                await self._parts.settler.settle_failed(job, Dead("crashed", why), failure)
+                await self._parts.settler.settle_crashed(job, exc)
                 return
             except Exception:  # the dead letter could not be written
                 log.exception("dead-lettering seq %s failed; handed back", job.delivery.seq)

@@ -214,10 +214,12 @@ async def send_group(
     the acks of its record and its letter (a refused batch fails each of its writes, which
     its verdict then writes again alone)."""
     by_bucket: dict[str, list[tuple[int, str, bytes]]] = {}
+    only = client.results.only
     for i, (job, writes) in enumerate(verdicts):
         if job.envelope is not None and writes.record is not None:
             key = safe_id(job.envelope.id)
-            by_bucket.setdefault(client.results.of(key), []).append((i, key, writes.record))
+            bucket = only or client.results.of(key)
+            by_bucket.setdefault(bucket, []).append((i, key, writes.record))
     records: dict[int, Awaitable[PubAck]] = {}
     for bucket, keyed in by_bucket.items():
         if atomic:

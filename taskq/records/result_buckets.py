@@ -30,11 +30,14 @@ class ResultBuckets:
         self.partitions = partitions
         self._connection = connection
         self._listed: tuple[float, list[str]] | None = None
+        # the one bucket of every key when unpartitioned (the default): a settle reads it
+        # per record, without a call
+        self.only = names.results_bucket if partitions == 1 else None
 
     def of(self, key: str) -> str:
         """The bucket of a record's key (a task id in its safe form)."""
-        if self.partitions == 1:
-            return self.names.results_bucket
+        if self.only is not None:
+            return self.only
         return self.names.results_partition(partition_for(key, self.partitions))
 
     @property

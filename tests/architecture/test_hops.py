@@ -6,12 +6,16 @@ first: it belongs behind the option that needs it."""
 
 from __future__ import annotations
 
+import ast
+
 from bench.hops import measure
+from tests.architecture.modules import PACKAGES, _internal, modules
 from tests.architecture.test_map import CODE, COUNTED, DOC
 
 # modules a plain task's code passes through; issue 40's target for a delivery is 20
 ENQUEUE_BUDGET = 18
-DELIVERY_BUDGET = 25
+DELIVERY_BUDGET = 23
+WORKER_IMPORTS = 12  # internal modules the worker's core imports to run (issue 40's target)
 
 
 def documented() -> tuple[list[str], list[str]]:
@@ -36,3 +40,32 @@ def test_the_check_can_fail() -> None:
     enqueue, delivery = documented()
     assert len(enqueue) == 18 and "workers/judge.py" in delivery
     assert sorted([*delivery, "taskq/cron.py"]) != sorted(delivery)
+
+
+def runtime_imports(module: str) -> set[str]:
+    """The internal modules `module` imports to run: every import but those under `if
+    TYPE_CHECKING:` (names for annotations only)."""
+    known = modules()
+    tree = ast.parse(known[module].read_text())
+    typing_only = {
+        id(node)
+        for block in ast.walk(tree)
+        if isinstance(block, ast.If) and ast.unparse(block.test) == "TYPE_CHECKING"
+        for node in ast.walk(block)
+    }
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only or not isinstance(node, ast.ImportFrom) or not node.module:
+            continue
+        for alias in node.names:
+            target = _internal(f"{node.module}.{alias.name}", known)
+            if target is not None:
+                found.add(target)
+    return found
+
+
+def test_the_worker_core_imports_few_modules() -> None:
+    imported = runtime_imports("taskq.workers.worker")
+    assert len(imported) <= WORKER_IMPORTS, sorted(imported)
+    assert "taskq.workers.assembly" in imported and "taskq.workers.spark.session" not in imported
+    assert PACKAGES["taskq.workers"].joinpath("worker.py").exists()
