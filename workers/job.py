@@ -32,7 +32,6 @@ class Job:
     context: TaskContext | None = None
     running: asyncio.Task[Any] | None = None  # set while the attempt runs: what a cancel stops
     handler: asyncio.Task[Any] | None = None  # the worker's task handling this delivery
-    lettered: bool = False  # its dead letter is stored (by the settle group): TERM only
     cancel_requested: bool = False
     slot_tried: bool = False  # it asked its key for a slot (taskq.workers.admission)
     gate: StartGate | None = None  # a rate-limited task's reserved start, checked last

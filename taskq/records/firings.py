@@ -48,7 +48,6 @@ def check_catch_up(value: object) -> str:
 class Firing:
     """One firing of a periodic schedule of `task` in `queue`, due at `due`."""
 
-    schedule: str  # the schedule's subject
     queue: str
     task: str
     due: datetime
@@ -96,7 +95,7 @@ def firing(prefix: str, headers: Mapping[str, str] | None) -> Firing | None:
         return None
     policy = found.get(CATCH_UP_HEADER, "")
     policy = policy if policy in CATCH_UP else "skip"  # the default, also for older schedules
-    return Firing(found[SCHEDULER], queue, task, due, next_at, policy)
+    return Firing(queue, task, due, next_at, policy)
 
 
 def due_before(expression: str, next_at: datetime) -> datetime | None:

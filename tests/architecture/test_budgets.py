@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -78,3 +79,33 @@ def test_mypy_strict(tmp_path: Path) -> None:
     )
     report = result.stdout.replace("taskq/workers/", "workers/").replace("taskq/dlq/", "dlq/")
     assert result.returncode == 0, report + result.stderr
+
+
+def dataclass_fields(tree: ast.Module) -> list[tuple[str, str, int]]:
+    """(class, field, line) for every annotated field of the module's dataclasses."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and any(
+            "dataclass" in ast.unparse(d) for d in node.decorator_list
+        ):
+            found += [
+                (node.name, s.target.id, s.lineno)
+                for s in node.body
+                if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+            ]
+    return found
+
+
+def test_no_dataclass_field_is_dead() -> None:
+    """Every field of the packages' dataclasses is read or passed by name somewhere in
+    them (issue 40: dead fields gone): a field nothing reads is state to keep for nothing."""
+    sources = {name: path.read_text() for name, path in modules().items()}
+    text = "\n".join(sources.values())
+    dead = [
+        f"{name}:{line} {cls}.{field}"
+        for name, source in sources.items()
+        for cls, field, line in dataclass_fields(ast.parse(source))
+        if not re.search(rf"\.{field}\b|\b{field}=|[\"']{field}[\"']", text)
+    ]
+    assert dead == [], dead
+    assert dataclass_fields(ast.parse("@dataclass\nclass A:\n    x: int\n")) == [("A", "x", 3)]
