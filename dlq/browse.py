@@ -135,7 +135,7 @@ async def iter_stored(
             if progress:
                 progress(1)
             try:
-                record = parse(stored, client.connection.seals)
+                record = parse(stored, client.codec.seals)
             except ValidationError as exc:
                 log.warning("DLQ message %d is not a dead-letter record: %s", stored.seq, exc)
                 continue
@@ -188,7 +188,7 @@ async def get_dead(source: ClientSource, ref: str) -> DeadLetter | None:
             stored = await client.connection.messages.get(client.names.dlq_stream, int(ref))
         except NotFound:
             return None
-        return parse(stored, client.connection.seals) if stored is not None else None
+        return parse(stored, client.codec.seals) if stored is not None else None
     async for record in iter_dead(client):
         if record.id == ref:
             return record

@@ -69,7 +69,7 @@ class _Scan:
                 if stored.seq >= end:  # a sparse subject reaches past the window
                     return found
                 self.scanned += 1
-                record = _parse(stored, self.client.connection.seals)
+                record = _parse(stored, self.client.codec.seals)
                 if record is not None and self.filters.accepts(record, self.now):
                     found.append(record)
             if not got:

@@ -53,7 +53,7 @@ async def export_lines(
         }
         if isinstance(record.message, BlobOriginal):
             bucket = client.names.blobs_bucket
-            blob = await client.connection.blobs.get(bucket, record.message.blob)
+            blob = await client.codec.get_object(bucket, record.message.blob)
             if blob is not None:
                 line["blob_b64"] = base64.b64encode(blob).decode()
         yield json.dumps(line, separators=(",", ":"))
@@ -117,7 +117,7 @@ async def import_parsed(
 async def _import_one(client: Client, line: ExportLine) -> int:
     """Publish one checked export line (its blob first); 1 if it was new, 0 if a duplicate."""
     if line.blob is not None and isinstance(line.record.message, BlobOriginal):
-        await client.connection.blobs.put(
+        await client.codec.put_object(
             client.names.blobs_bucket,
             line.record.message.blob,
             line.blob,

@@ -20,6 +20,7 @@ from taskq.clock import Clock
 from taskq.errors import ConnectError
 from taskq.ids import safe_id
 from taskq.nats import Connection
+from taskq.records.codec import Codec, connect
 from taskq.records.envelope import MSG_ID, TASK_HEADER, Envelope
 from taskq.records.result_buckets import ResultBuckets
 from taskq.retrying import retry_transient
@@ -56,11 +57,13 @@ class Client:
     def __init__(
         self,
         connection: Connection,
+        codec: Codec,
         settings: Settings,
         declared: Mapping[str, int],
         clock: Clock | None = None,
     ) -> None:
         self.connection = connection
+        self.codec = codec  # the connection's: sealing and claim checks (taskq.records.codec)
         self.clock = clock or Clock()  # the App's: what "now" is (taskq.clock)
         self.settings = settings
         self.names = Names(settings.prefix)
@@ -93,8 +96,8 @@ class Client:
         clock: Clock | None = None,
     ) -> Client:
         """Connect (ConnectError names the URL when no server answers)."""
-        connection = await Connection.connect(settings)
-        return cls(connection, settings, {} if declared is None else declared, clock)
+        connection, codec = await connect(settings)
+        return cls(connection, codec, settings, {} if declared is None else declared, clock)
 
     async def client(self) -> Client:
         """Itself: a Client is a ClientSource, so APIs taking an App take a Client too."""

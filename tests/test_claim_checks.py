@@ -13,7 +13,7 @@ import pytest
 from taskq import App
 from taskq.dlq.browse import list_dead
 from taskq.ids import safe_id
-from taskq.nats.claims import CLAIM, Claim
+from taskq.records.claims import CLAIM, Claim
 from tests.conftest import running_worker, wait_until
 
 TWO_MB = 2 * 2**20

@@ -90,12 +90,12 @@ def test_a_delivery_reads_its_ack_subject_as_nats_py_does(
 
     from taskq.nats import Delivery
     from taskq.nats.errors import Guard
-    from taskq.records.places import Places, Seals
+    from taskq.records.codec import Codec
     from taskq.settings import Settings
 
     msg = Msg(_client=None, subject="t.q.default.add", reply=reply, data=b"{}")  # type: ignore[arg-type]
-    seals = Seals(Settings().sealer(), Places("t"))
-    delivery = Delivery(msg, None, Guard(), seals)  # type: ignore[arg-type]
+    codec = Codec(Settings(), None)  # type: ignore[arg-type]  # no object store: none read
+    delivery = Delivery(msg, None, Guard(), codec)  # type: ignore[arg-type]
     meta = msg.metadata  # nats-py's own reading of the same subject
     assert (meta.stream, meta.num_delivered, meta.sequence.stream, meta.num_pending) == expected
     assert (delivery.stream, delivery.num_delivered, delivery.seq, delivery.pending) == expected
@@ -104,11 +104,12 @@ def test_a_delivery_reads_its_ack_subject_as_nats_py_does(
 async def test_the_switch_picks_the_wire_and_nothing_of_nats_py_is_replaced(
     nats_url: str,
 ) -> None:
-    from taskq.nats import Connection
+    from taskq.records.codec import connect
     from taskq.settings import Settings
 
     for fast in (True, False):
-        connection = await Connection.connect(Settings.load(url=nats_url, nats_fast_paths=fast))
+        settings = Settings.load(url=nats_url, nats_fast_paths=fast)
+        connection, _ = await connect(settings)
         try:
             assert connection._wire.fast is fast
             assert not vars(connection._nc).keys() & {"_parse_header_lines"}

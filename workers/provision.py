@@ -59,7 +59,7 @@ async def provision(app: App, client: Client, queues: list[str]) -> Provisioned:
     await client.connection.streams.ensure_consumer(events_consumer(names))
     await client.connection.streams.ensure(history_stream(names, client.settings))
     await _buckets(app, client)
-    blobs = await client.connection.claims.provision()
+    blobs = await client.codec.claims.provision()
     return Provisioned(
         queues=list(queues),
         streams=sorted(

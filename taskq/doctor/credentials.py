@@ -27,7 +27,7 @@ from urllib.parse import SplitResult, urlsplit
 from taskq.doctor.monitor import Monitored
 from taskq.doctor.report import Check, ok, warn
 from taskq.errors import TaskqError
-from taskq.nats import Connection
+from taskq.records.codec import connect
 from taskq.settings import Settings
 
 # what deploy/ ships (tests/test_doctor_credentials.py checks these against its files)
@@ -132,7 +132,7 @@ async def _admits(settings: Settings, url: str, user: str, password: str) -> boo
         }
     )
     try:
-        connection = await Connection.connect(trial, name="taskq-doctor")
+        connection, _ = await connect(trial, name="taskq-doctor")
     except TaskqError:  # refused (PermissionDenied), or no answer: not let in
         return False
     await connection.close()

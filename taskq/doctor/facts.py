@@ -13,6 +13,7 @@ from taskq.doctor.monitor import Monitored, read_all
 from taskq.errors import TaskqError
 from taskq.nats import Connection
 from taskq.nats.probes import Probe
+from taskq.records.codec import connect
 from taskq.settings import Settings
 
 
@@ -81,7 +82,7 @@ async def _servers(connection: Connection, settings: Settings) -> list[ServerSee
 async def _server(settings: Settings, url: str) -> ServerSeen:
     """Connect to `url` alone, to learn that server's INFO (or why it is unreachable)."""
     try:
-        connection = await Connection.connect(settings.model_copy(update={"url": url}))
+        connection, _ = await connect(settings.model_copy(update={"url": url}))
     except TaskqError as exc:
         return ServerSeen(url, error=str(exc))
     try:

@@ -16,7 +16,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from taskq.errors import BrokerError, DecodeError
-from taskq.nats.claims import HEADROOM, Claims, is_claim
+from taskq.nats.codec import BodyCodec, Headers
 from taskq.nats.connect import Events, open_client
 from taskq.nats.errors import ATOMIC_DISABLED, Guard
 from taskq.nats.kv import KeyValue
@@ -30,35 +30,36 @@ from taskq.nats.sourcing import Sourcing
 from taskq.nats.streams import Streams
 from taskq.nats.types import PubAck
 from taskq.nats.wire import Wire
-from taskq.records.envelope import MSG_ID
-from taskq.records.places import Headers, Places, Seals, shares_its_object
 from taskq.settings import Settings
 
 Handler = Callable[[str, bytes], Awaitable[None]]
 # an atomic batch's headers (ADR-50): its id, each message's place in it, and its commit
 BATCH_ID, BATCH_SEQUENCE, BATCH_COMMIT = "Nats-Batch-Id", "Nats-Batch-Sequence", "Nats-Batch-Commit"
 CLOSE_WITHIN = 5.0  # seconds nats-py's close may take before it is given up on
+HEADROOM = 1024  # room for the subject, headers and protocol framing around a body
 
 
 class Connection:
     """One nats-py client with the JetStream operations taskq uses."""
 
-    def __init__(self, client: Client, settings: Settings, events: Events, wire: Wire) -> None:
-        self._nc = client
-        self._wire = wire
-        self._events = events
-        self._guard = events.guard
+    def __init__(
+        self,
+        client: Client,
+        settings: Settings,
+        events: Events,
+        wire: Wire,
+        codec: Callable[[Objects], BodyCodec],
+    ) -> None:
+        self._nc, self._wire, self._events, self._guard = client, wire, events, events.guard
         self.settings = settings
-        # encryption at rest (taskq.records.sealing): users' data is sealed on its way out and
-        # opened on its way in, here at the boundary; the rest of taskq sees plaintext
-        # (bound to their place: taskq.records.places)
-        self.sealer = settings.sealer()
-        self.places = Places(settings.prefix)
-        self.seals = Seals(self.sealer, self.places)
         js = client.jetstream(timeout=5.0)
+        self.blobs = Objects(js, self._guard)
+        # what bodies become on their way out and in (the layer above's: encryption at rest
+        # and claim checks, taskq.records.codec); the transport itself moves bytes
+        self.codec = codec(self.blobs)
         self.streams = Streams(client, js, self._guard)
         self.sourcing = Sourcing(js, self._guard)  # edge sites (docs/edge.md)
-        self.messages = Messages(client, js, self._guard, self.seals, wire)
+        self.messages = Messages(client, js, self._guard, self.codec, wire)
         self.kv = KeyValue(
             js,
             self._guard,
@@ -71,8 +72,6 @@ class Connection:
             client,
             self.publish_many_nowait,
         )
-        self.blobs = Objects(js, self._guard, self.sealer)
-        self.claims = Claims(self.blobs, settings)
         self._pipeline = Pipeline(client, self._guard, wire)
         self._dropping: set[asyncio.Future[None]] = set()  # orphaned objects being deleted
         self._unbatched: set[str] = set()  # streams that refused an atomic batch
@@ -87,11 +86,14 @@ class Connection:
         await self._pipeline.close()
 
     @classmethod
-    async def connect(cls, settings: Settings, name: str = "taskq") -> Connection:
-        """Connect, or raise ConnectError naming the URL when no server answers."""
+    async def connect(
+        cls, settings: Settings, name: str, codec: Callable[[Objects], BodyCodec]
+    ) -> Connection:
+        """Connect, or raise ConnectError naming the URL when no server answers; bodies go
+        through the codec `codec` makes (given the connection's object store)."""
         events = Events(Guard())
         client, wire = await open_client(settings, name, events)
-        return cls(client, settings, events, wire)
+        return cls(client, settings, events, wire, codec)
 
     @property
     def max_payload(self) -> int:
@@ -233,7 +235,7 @@ class Connection:
 
     async def pull(self, stream: str, durable: str) -> Puller:
         """A puller for an existing durable consumer (NotFound is raised on first use)."""
-        puller = Puller(self._nc, self._guard, self._wire, stream, durable, self.seals, self.claims)
+        puller = Puller(self._nc, self._guard, self._wire, stream, durable, self.codec, True)
         return await puller.open()
 
     async def subscribe(self, subject: str, handler: Handler) -> Callable[[], Awaitable[None]]:
@@ -247,12 +249,11 @@ class Connection:
         return sub.unsubscribe
 
     def seal(self, subject: str, body: bytes, headers: Headers = None) -> bytes:
-        """`body` sealed for its place when it goes to a subject holding users' data and a
-        key is set (bytes sealed already, such as a requeued dead letter's original, go as
-        they are)."""
-        if not self.seals.sealer.active:  # no key: nothing to look up per message
+        """`body` as the codec stores it on `subject` (sealed for its place when a key is
+        set and the place holds users' data)."""
+        if not self.codec.sealing:  # no key: nothing to look up per message
             return body
-        return self.seals.seal(subject, body, headers)
+        return self.codec.seal(subject, body, headers)
 
     async def opened(
         self, data: bytes, subject: str, headers: Headers = None, *, strict: bool = False
@@ -264,9 +265,9 @@ class Connection:
         if data[:1] != b"\x00":
             return data  # plain JSON: the common case costs one comparison
         try:
-            if is_claim(data):
-                data = (await self.claims.check_out(data, self.places.at(subject, headers)))[1]
-            return self.seals.open(subject, headers, data)
+            if self.codec.is_reference(data):
+                data = (await self.codec.check_out(data, subject, headers))[1]
+            return self.codec.open(subject, headers, data)
         except DecodeError:
             if strict:
                 raise
@@ -275,11 +276,11 @@ class Connection:
     async def release_claim(self, data: bytes, subject: str, headers: Headers = None) -> None:
         """Delete the object a claim-check reference stored on `subject` names, once the
         message holding it is gone (a reference that is not this place's deletes nothing)."""
-        if not is_claim(data) or shares_its_object(headers):
+        codec = self.codec
+        if not codec.is_reference(data) or codec.shares_its_object(headers):
             return
         with contextlib.suppress(DecodeError):
-            claim = self.claims.owned(data, self.places.at(subject, headers))
-            await self.claims.release(claim)
+            await codec.release(codec.owned(data, subject, headers))
 
     async def _fit(
         self, subject: str, body: bytes, headers: dict[str, str] | None
@@ -292,8 +293,4 @@ class Connection:
         size = len(body) + sum(len(k) + len(v) + 4 for k, v in (headers or {}).items())
         if size + HEADROOM // 2 <= limit:
             return body, headers
-        place = self.places.at(subject, headers)
-        if place is not None and place.owner is None and place.kind in ("task", "dead"):
-            headers = {**(headers or {}), MSG_ID: f"claim.{uuid.uuid4().hex}"}
-            place = self.places.at(subject, headers)
-        return await self.claims.check_in(place, body, size, limit), headers
+        return await self.codec.check_in(subject, headers, body, limit)

@@ -14,6 +14,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 
 from taskq.errors import BrokerError, NotFound, TaskqError
+from taskq.nats.codec import BodyCodec
 from taskq.nats.errors import (
     MESSAGE_NOT_FOUND,
     MSG_DELETE_FAILED,
@@ -26,7 +27,6 @@ from taskq.nats.raw import request as api_request
 from taskq.nats.streams import rfc3339
 from taskq.nats.types import StoredMessage
 from taskq.nats.wire import Wire
-from taskq.records.places import Seals
 from taskq.retrying import patiently
 
 MULTI_LAST = 1024  # subjects one `multi_last` direct get may name (nats-server 2.15.1)
@@ -36,13 +36,13 @@ class Messages:
     """Direct reads and removals of stream messages on one connection."""
 
     def __init__(
-        self, client: Client, js: JetStreamContext, guard: Guard, seals: Seals, wire: Wire
+        self, client: Client, js: JetStreamContext, guard: Guard, codec: BodyCodec, wire: Wire
     ) -> None:
         self._nc = client
         self._wire = wire
         self._js = js
         self._guard = guard
-        self._seals = seals
+        self._codec = codec
 
     async def get(self, stream: str, seq: int) -> StoredMessage | None:
         """Read one message by sequence; None when it is gone."""
@@ -59,7 +59,7 @@ class Messages:
                 raw = await self._js.get_last_msg(stream, subject)
         except (NotFound, BrokerError):
             return None
-        return _stored(raw, subject, 0, self._seals)
+        return _stored(raw, subject, 0, self._codec)
 
     async def _read_one(
         self, stream: str, seq: int, *, following: bool, subject: str | None
@@ -76,7 +76,7 @@ class Messages:
             if exc.code == MESSAGE_NOT_FOUND:
                 return None
             raise
-        return _stored(raw, "", seq, self._seals)
+        return _stored(raw, "", seq, self._codec)
 
     async def delete(self, stream: str, seq: int) -> bool:
         """Delete one message; False when it was already gone.
@@ -119,7 +119,7 @@ class Messages:
         if not pending:
             await self._drop_consumer(stream, name)
             return
-        puller = await Puller(self._nc, self._guard, self._wire, stream, name, self._seals).open()
+        puller = await Puller(self._nc, self._guard, self._wire, stream, name, self._codec).open()
         try:
             while True:
                 got = 0
@@ -175,7 +175,7 @@ class Messages:
         msg, headers = await self._single(stream, {"last_by_subj": subjects})
         if "Status" in headers:  # 404: nothing stored there
             return None
-        return _from_batch(msg, headers, self._seals)
+        return _from_batch(msg, headers, self._codec)
 
     async def first_seq_at(self, stream: str, when: datetime) -> int | None:
         """The first sequence of `stream` stored at or after `when` (None: nothing stored
@@ -229,7 +229,7 @@ class Messages:
 
         async def answer() -> tuple[list[StoredMessage], str]:
             await self._nc.publish(subject, json.dumps(request).encode(), reply=inbox)
-            return await _until_end_of_batch(replies, self._seals)
+            return await _until_end_of_batch(replies, self._codec)
 
         with self._guard:
             inbox = self._nc.new_inbox()
@@ -275,20 +275,20 @@ def _gone(error: BrokerError) -> bool:
     return error.code == MSG_DELETE_FAILED and ("no message found" in text or "EOF" in text)
 
 
-def _stored(raw: api.RawStreamMsg, subject: str, seq: int, seals: Seals) -> StoredMessage:
+def _stored(raw: api.RawStreamMsg, subject: str, seq: int, codec: BodyCodec) -> StoredMessage:
     headers = dict(raw.headers or {})
     where = raw.subject or subject
     return StoredMessage(
         subject=where,
         seq=raw.seq or seq,
-        data=seals.keep(where, headers, raw.data or b""),
+        data=codec.keep(where, headers, raw.data or b""),
         headers=headers,
         time=raw.time,
     )
 
 
 async def _until_end_of_batch(
-    replies: asyncio.Queue[Msg], seals: Seals
+    replies: asyncio.Queue[Msg], codec: BodyCodec
 ) -> tuple[list[StoredMessage], str]:
     """The messages of one batched direct get, up to its end-of-batch (or not-found)
     status message, and that status."""
@@ -303,15 +303,15 @@ async def _until_end_of_batch(
             headers = dict(msg.headers or {})
             if "Status" in headers:  # 204 EOB, 404 when nothing matched, 413 too many
                 return found, headers["Status"]
-            found.append(_from_batch(msg, headers, seals))
+            found.append(_from_batch(msg, headers, codec))
 
 
-def _from_batch(msg: Msg, headers: dict[str, str], seals: Seals) -> StoredMessage:
+def _from_batch(msg: Msg, headers: dict[str, str], codec: BodyCodec) -> StoredMessage:
     subject = headers.pop("Nats-Subject", "")
     return StoredMessage(
         subject=subject,
         seq=int(headers.pop("Nats-Sequence", "0")),
-        data=seals.keep(subject, headers, msg.data),
+        data=codec.keep(subject, headers, msg.data),
         headers={k: v for k, v in headers.items() if not k.startswith("Nats-") or k in _KEPT},
         time=_stamp(headers.pop("Nats-Time-Stamp", "")),
     )

@@ -1,4 +1,5 @@
-"""The object store: payloads too large for one message (e.g. dead letters' originals)."""
+"""The object store: payloads too large for one message (e.g. dead letters' originals),
+stored and read as the bytes given (the codec above seals what holds users' data)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,6 @@ from nats.js.errors import BucketNotFoundError
 
 from taskq.errors import BrokerError, NotFound, NotProvisioned, PermissionDenied
 from taskq.nats.errors import Guard
-from taskq.records.places import object_context
-from taskq.records.sealing import Sealer
 from taskq.retrying import patiently
 
 log = logging.getLogger("taskq.nats")
@@ -20,10 +19,9 @@ log = logging.getLogger("taskq.nats")
 class Objects:
     """Object-store operations on one connection."""
 
-    def __init__(self, js: JetStreamContext, guard: Guard, sealer: Sealer) -> None:
+    def __init__(self, js: JetStreamContext, guard: Guard) -> None:
         self._js = js
         self._guard = guard
-        self._sealer = sealer  # objects hold users' data (dead letters' originals): sealed
 
     async def ensure(self, bucket: str, replicas: int = 1, ttl: float | None = None) -> Any:
         """The bucket's store, created first if it does not exist (its objects expiring
@@ -52,27 +50,21 @@ class Objects:
         replicas: int = 1,
         *,
         ttl: float | None = None,
-        raw: bool = False,
     ) -> None:
-        """Store `data` under `name` in a bucket (created on first use); sealed unless
-        `raw` (sealed already)."""
+        """Store `data` under `name` in a bucket (created on first use)."""
         store = await self.ensure(bucket, replicas, ttl)
         with self._guard:
-            await store.put(
-                name, data if raw else self._sealer.seal(data, object_context(bucket, name))
-            )
+            await store.put(name, data)
 
-    async def get(self, bucket: str, name: str, *, raw: bool = False) -> bytes | None:
-        """The object's bytes (opened unless `raw`), or None when the bucket or object does
-        not exist."""
+    async def get(self, bucket: str, name: str) -> bytes | None:
+        """The object's bytes, or None when the bucket or object does not exist."""
         try:
             with self._guard:
                 store = await self._js.object_store(bucket)
                 result = await store.get(name)
         except (NotFound, BrokerError):
             return None
-        data = bytes(result.data or b"")
-        return data if raw else self._sealer.open(data, object_context(bucket, name))
+        return bytes(result.data or b"")
 
     async def delete(self, bucket: str, name: str) -> None:
         """Delete an object; gone already is fine. A timeout (a busy server) is retried for

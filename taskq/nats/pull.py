@@ -20,12 +20,10 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from taskq.errors import BrokerError, DecodeError, NotFound, TransientError
-from taskq.nats.claims import Claim, Claims, is_claim
+from taskq.nats.codec import BodyCodec, Checked
 from taskq.nats.errors import Guard
 from taskq.nats.types import StoredMessage
 from taskq.nats.wire import Wire
-from taskq.records.places import Seals, shares_its_object
-from taskq.records.sealing import is_sealed
 
 
 class Delivery:
@@ -33,8 +31,8 @@ class Delivery:
 
     __slots__ = (
         "_claim",
-        "_claims",
         "_client",
+        "_codec",
         "_data",
         "_guard",
         "_msg",
@@ -47,44 +45,45 @@ class Delivery:
         "unreadable",
     )
 
-    def __init__(self, msg: Msg, client: Client, guard: Guard, seals: Seals) -> None:
+    def __init__(self, msg: Msg, client: Client, guard: Guard, codec: BodyCodec) -> None:
         self._msg = msg
         self._client = client
         self._guard = guard
-        self._claim: Claim | None = None  # a claim-checked body: released once settled
-        self._claims: Claims | None = None
+        self._codec = codec
+        self._claim: Checked | None = None  # a claim-checked body: released once settled
         self.unreadable: str | None = None
         self._settled = False  # an ack, NAK or TERM sent (some as raw writes nats-py never saw)
-        self._take(msg.data, seals)
+        self._take(msg.data)
         self.stream, self.num_delivered, self.seq, self._pending = _ack_subject(msg)
 
-    def _take(self, data: bytes, seals: Seals) -> None:
-        """Keep `data` as the body, opened once here (for its place) when sealed; a body
+    def _take(self, data: bytes) -> None:
+        """Keep `data` as the body, opened once here (by the codec) when sealed; a body
         this process cannot open keeps its bytes and says why (the worker dead-letters it)."""
         self._data = data
-        self.sealed = data[:1] == b"\x00" and is_sealed(data)  # plain JSON: one comparison
+        # plain JSON: one comparison
+        self.sealed = data[:1] == b"\x00" and self._codec.is_sealed(data)
         if self.sealed:
             try:
-                self._data = seals.open(self._msg.subject, self._msg.headers, data)
+                self._data = self._codec.open(self._msg.subject, self._msg.headers, data)
             except DecodeError as exc:
                 self.unreadable = exc.reason
 
-    async def check_out(self, claims: Claims, seals: Seals) -> None:
+    async def check_out(self) -> None:
         """Fetch a claim-checked body (then opened like any other) when the reference is
         this message's own; else the delivery is unreadable and nothing is read."""
-        place = seals.places.at(self._msg.subject, self._msg.headers)
+        msg, codec = self._msg, self._codec
         try:
-            claim, body = await claims.check_out(self._msg.data, place)
+            claim, body = await codec.check_out(msg.data, msg.subject, msg.headers)
         except DecodeError as exc:
             self.sealed, self.unreadable = False, exc.reason
             return
-        if not shares_its_object(self._msg.headers):  # a periodic firing's is the schedule's
-            self._claim, self._claims = claim, claims
-        self._take(body, seals)
+        if not codec.shares_its_object(msg.headers):  # a periodic firing's is the schedule's
+            self._claim = claim
+        self._take(body)
 
     async def _release(self) -> None:
-        if self._claim is not None and self._claims is not None:
-            await self._claims.release(self._claim)
+        if self._claim is not None:
+            await self._codec.release(self._claim)
 
     @property
     def data(self) -> bytes:
@@ -177,14 +176,14 @@ class Puller:
         wire: Wire,
         stream: str,
         durable: str,
-        seals: Seals,
-        claims: Claims | None = None,
+        codec: BodyCodec,
+        claims: bool = False,
     ) -> None:
         self._client = client
         self._guard = guard
         self._wire = wire
-        self._seals = seals
-        self._claims = claims  # None: claim-check references are yielded as they are
+        self._codec = codec
+        self._claims = claims  # False: claim-check references are yielded as they are
         self._next = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}"
         self._inbox = client.new_inbox()
         self._sub: Any = None
@@ -213,9 +212,10 @@ class Puller:
             status = msg.headers.get("Status") if msg.headers else None
             if status is None:
                 remaining -= 1
-                delivery = Delivery(msg, self._client, self._guard, self._seals)
-                if self._claims is not None and msg.data[:1] == b"\x00" and is_claim(msg.data):
-                    await delivery.check_out(self._claims, self._seals)
+                delivery = Delivery(msg, self._client, self._guard, self._codec)
+                data = msg.data
+                if self._claims and data[:1] == b"\x00" and self._codec.is_reference(data):
+                    await delivery.check_out()
                 yield delivery
             elif status != "100" and request_over(status, msg):  # 100: idle heartbeat
                 return

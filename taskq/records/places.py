@@ -22,7 +22,7 @@ nats-server refuses a client's message carrying `Nats-Scheduler` on a stream wit
 body opens only as that schedule's firing, never replayed straight into a queue.
 
 A place's `owner` is what a claim-checked body stored from there belongs to
-(`taskq.nats.claims`): the subject of a KV value or a schedule, the schedule of a firing,
+(`taskq.records.claims`): the subject of a KV value or a schedule, the schedule of a firing,
 else the message's `Nats-Msg-Id`.
 """
 
@@ -35,7 +35,7 @@ from taskq.records.envelope import MSG_ID
 from taskq.records.sealing import Sealer, is_sealed
 from taskq.topology.names import Names
 
-CLAIM = b"\x00TQC1"  # a claim-check reference (taskq.nats.claims): not sealed itself
+CLAIM = b"\x00TQC1"  # a claim-check reference (taskq.records.claims): not sealed itself
 SCHEDULER = "Nats-Scheduler"  # set by the server on a fired schedule's message
 SCHEDULE_NEXT = "Nats-Schedule-Next"  # on a firing: the next time, or `purge` (one-shot)
 ID_HEADER = "Taskq-Id"  # a dead letter's task id

@@ -51,6 +51,24 @@ def test_only_taskq_nats_imports_nats() -> None:
     assert offenders == []
 
 
+def test_the_transport_knows_no_record_kinds() -> None:
+    """taskq.nats moves bytes (issue 40): what a body is (sealed for which place, a claim
+    check's reference) is the codec's above it, taskq.records.codec, which the transport
+    reaches only through its `BodyCodec` port. No module of it imports taskq's records,
+    workflows, flow control or workers."""
+    above = ("taskq.records", "taskq.workflows", "taskq.flowcontrol", "taskq.workers")
+    edges = graph()
+    offenders = [
+        f"{source} imports {target} at line {line}"
+        for source, targets in edges.items()
+        if source.startswith("taskq.nats")
+        for target, line in targets.items()
+        if target.startswith(above)
+    ]
+    assert offenders == []
+    assert "taskq.nats.objects" in edges["taskq.records.codec"]  # the codec is above it
+
+
 def test_nats_py_privates_are_touched_in_one_file() -> None:
     """Outside taskq/nats/wire.py no code inside taskq.nats reads another object's
     `_private` attribute, directly or by name through getattr/hasattr/setattr (its own

@@ -1,6 +1,7 @@
-"""Claim checks: a body too large for one message (over the server's `max_payload`) is
-stored in the object store (`<PREFIX>_BLOBS`), and a small reference travels in its place
-(docs/wire-format.md, "Large bodies"). Readers fetch it back transparently; it is deleted
+"""Claim checks (part of the codec above the transport, taskq.records.codec): a body too
+large for one message (over the server's `max_payload`) is stored in the object store
+(`<PREFIX>_BLOBS`), and a small reference travels in its place (docs/wire-format.md,
+"Large bodies"). Readers fetch it back transparently; it is deleted
 when its task settles.
 
 A reference is `CLAIM | JSON {"bucket", "name", "size"}`; like a sealed body it starts with a
@@ -36,7 +37,6 @@ from taskq.records.places import is_claim as is_claim
 from taskq.settings import Settings
 from taskq.topology.names import Names
 
-HEADROOM = 1024  # room for the subject, headers and protocol framing around a body
 _NAME = re.compile(r"claim\.([0-9a-f]{32})\.[0-9a-f]{32}")
 _KV_KINDS = frozenset({"result", "workflow", "progress"})
 
@@ -91,7 +91,7 @@ class Claims:
         bucket = self._bucket(place)
         claim = Claim(bucket, f"claim.{owner_digest(place.owner)}.{uuid.uuid4().hex}", len(body))
         ttl = self._results_ttl if bucket == self._kv_blobs else None
-        await self._objects.put(bucket, claim.name, body, self._replicas, ttl=ttl, raw=True)
+        await self._objects.put(bucket, claim.name, body, self._replicas, ttl=ttl)
         return claim.reference()
 
     async def provision(self) -> tuple[str, str]:
@@ -105,7 +105,7 @@ class Claims:
         """The claim and the body it stands for, as stored (still sealed, if it was), when
         the reference is this place's own; DecodeError (reading nothing) otherwise."""
         claim = self.owned(reference, place)
-        body = await self._objects.get(claim.bucket, claim.name, raw=True)
+        body = await self._objects.get(claim.bucket, claim.name)
         if body is None:
             raise DecodeError(
                 f"its body ({claim.size} bytes) was claim-checked as {claim.bucket}/"
