@@ -95,7 +95,7 @@ class Target:
     factor: float
 
 
-TARGETS = {  # issue 40's, item 5
+TARGETS = {  # what taskq aims for beside the raw loop and PgQueuer, per configuration
     "durable": [
         Target("taskq drain ≥ 0.8x raw drain", "drain", "raw", 0.8),
         Target("taskq bulk enqueue ≥ PgQueuer bulk enqueue", "bulk", "pgqueuer", 1.0),
