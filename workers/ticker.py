@@ -37,7 +37,7 @@ class Ticker:
 
     def start(self) -> None:
         """Run the loop unless it runs already (must be called on the worker's loop)."""
-        if self._task is None or self._task.done():
+        if not self.running:
             self._task = asyncio.create_task(self._run())
             self.running = True
 
@@ -58,3 +58,4 @@ class Ticker:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        self.running = False  # also when it was cancelled before its first step

@@ -28,12 +28,11 @@ at once: it never fires.
 from __future__ import annotations
 
 import logging
-import re
 from datetime import datetime
 
 from taskq.client import Client
 from taskq.errors import UnsafeName
-from taskq.flowcontrol.keys import task_token, token
+from taskq.flowcontrol.keys import is_token, task_token, token
 from taskq.flowcontrol.store import ensure_limits
 from taskq.ids import safe_id
 from taskq.nats import Delivery, StoredMessage
@@ -73,11 +72,7 @@ def woken_for(delivery: Delivery, task: str) -> str | None:
         return None
     kind, _, rest = value.partition(".")
     key, _, name = rest.partition(".")
-    plain = _KEY_TOKEN.fullmatch(key) is not None
-    return value if kind == "slot" and plain and name == task_token(task) else None
-
-
-_KEY_TOKEN = re.compile(r"~[0-9a-f]{32}|[A-Za-z0-9_-]{1,64}")
+    return value if kind == "slot" and is_token(key) and name == task_token(task) else None
 
 
 def spent(delivery: Delivery) -> int:

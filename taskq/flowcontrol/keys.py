@@ -23,6 +23,15 @@ def token(key: str) -> str:
     return "~" + hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
+def is_token(value: str) -> bool:
+    """Whether `value` is a token `token` makes (a plain key, `_all`, or a digest): what
+    a key read back from a message must be before it goes into a subject."""
+    return _TOKEN.fullmatch(value) is not None
+
+
+_TOKEN = re.compile(r"~[0-9a-f]{32}|[A-Za-z0-9_-]{1,64}")
+
+
 def call_digest(args: list[Any], kwargs: dict[str, Any]) -> str:
     """A token naming a call's arguments (as sent on the wire): same arguments, same token."""
     canonical = json.dumps([args, kwargs], sort_keys=True, separators=(",", ":"), default=repr)

@@ -42,11 +42,16 @@ class BodyCodec(Protocol):
         ...
 
     async def check_in(
-        self, subject: str, headers: dict[str, str] | None, body: bytes, max_payload: int
+        self,
+        subject: str,
+        headers: dict[str, str] | None,
+        body: bytes,
+        size: int,
+        max_payload: int,
     ) -> tuple[bytes, dict[str, str] | None]:
-        """The reference to publish instead of `body` (stored first) and the headers to
-        publish it with; PayloadTooLarge when bodies on `subject` take none or this one is
-        over the limit."""
+        """The reference to publish instead of `body` (`size` bytes with its headers;
+        stored first) and the headers to publish it with; PayloadTooLarge when bodies on
+        `subject` take none or this one is over the limit."""
         ...
 
     async def check_out(

@@ -293,4 +293,4 @@ class Connection:
         size = len(body) + sum(len(k) + len(v) + 4 for k, v in (headers or {}).items())
         if size + HEADROOM // 2 <= limit:
             return body, headers
-        return await self.codec.check_in(subject, headers, body, limit)
+        return await self.codec.check_in(subject, headers, body, size, limit)

@@ -8,7 +8,6 @@ in the object store and a reference bound to its message travels instead
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
 
 from taskq.nats import Connection
 from taskq.nats.codec import Checked, Headers
@@ -47,11 +46,15 @@ class Codec:
         return is_claim(data)
 
     async def check_in(
-        self, subject: str, headers: dict[str, str] | None, body: bytes, max_payload: int
+        self,
+        subject: str,
+        headers: dict[str, str] | None,
+        body: bytes,
+        size: int,
+        max_payload: int,
     ) -> tuple[bytes, dict[str, str] | None]:
         """The reference, and the headers with a message id added when a task or a dead
         letter had none (the id is the claim's owner)."""
-        size = len(body) + sum(len(k) + len(v) + 4 for k, v in (headers or {}).items())
         place = self.places.at(subject, headers)
         if place is not None and place.owner is None and place.kind in ("task", "dead"):
             headers = {**(headers or {}), MSG_ID: f"claim.{uuid.uuid4().hex}"}
@@ -84,14 +87,9 @@ class Codec:
         return None if data is None else self.sealer.open(data, object_context(bucket, name))
 
 
-def codec_for(settings: Settings) -> Callable[[Objects], Codec]:
-    """What `Connection.connect` makes its codec with, for `settings`."""
-    return lambda objects: Codec(settings, objects)
-
-
 async def connect(settings: Settings, name: str = "taskq") -> tuple[Connection, Codec]:
     """A connection whose bodies go through this settings' codec, and that codec."""
-    connection = await Connection.connect(settings, name, codec_for(settings))
+    connection = await Connection.connect(settings, name, lambda o: Codec(settings, o))
     codec = connection.codec
     assert isinstance(codec, Codec)
     return connection, codec
