@@ -88,6 +88,11 @@ class Chain:
         self._enqueue: tuple[Enqueue, ...] = ()
         self._after: tuple[AfterSettle, ...] = ()
         self.task_options: frozenset[str] = frozenset()
+        # whether any middleware has `after_settle` (else no Settled is built at all)
+        self.settles_observed = False
+        # what runs one attempt: `_through_all`, or the one `process` hook itself (the
+        # usual case, telemetry alone), so a plain attempt makes no call into the chain
+        self.process: Process = self._through_all
         for item in items:
             self.add(item)
 
@@ -109,15 +114,12 @@ class Chain:
         self.task_options |= options
         if process is not None:
             self._process += (process,)
+            self.process = process if len(self._process) == 1 else self._through_all
         if enqueue is not None:
             self._enqueue += (enqueue,)
         if after is not None:
             self._after += (after,)
-
-    @property
-    def settles_observed(self) -> bool:
-        """Whether any middleware has `after_settle` (else no Settled is built at all)."""
-        return bool(self._after)
+            self.settles_observed = True
 
     async def after_settle(self, settled: Settled) -> None:
         """Tell every `after_settle` middleware, in order; an error is logged, not raised:
@@ -128,13 +130,11 @@ class Chain:
             except Exception:
                 log.exception("after_settle middleware %r failed on %s", hook, settled.task_id)
 
-    async def process(self, ctx: TaskContext, run: Run) -> Any:
+    async def _through_all(self, ctx: TaskContext, run: Run) -> Any:
         """Run one attempt through every `process` middleware, `run` innermost."""
         hooks = self._process
         if not hooks:
             return await run()
-        if len(hooks) == 1:  # the usual case (telemetry alone): no step closure per attempt
-            return await hooks[0](ctx, run)
 
         async def step(index: int) -> Any:
             if index == len(hooks):

@@ -38,6 +38,7 @@ from taskq.workers.running import RunningJobs
 from taskq.workers.stages import Early, Phase, Stages, first_verdict
 
 log = logging.getLogger("taskq.worker")
+SUBJECTS_KEPT = 4096  # task subjects a judge keeps parsed
 
 
 class Judge:
@@ -65,6 +66,9 @@ class Judge:
         self._admission = admission  # flow control (tasks with limits only)
         # read once: the worker runs with one prefix and one (mutable) middleware chain
         self._names, self._middleware = app.names, app.middleware
+        # (queue, task) by subject: a worker sees few subjects, parsed once each; bounded,
+        # as a producer may publish to any number of subjects its queue's filter takes
+        self._subjects: dict[str, tuple[str, str] | None] = {}
         settings = app.settings
         self._sealing_required = bool(settings.encryption_key) and not settings.allow_plaintext
 
@@ -246,7 +250,7 @@ class Judge:
             raise DecodeError(d.unreadable)
         if not d.sealed and self._sealing_required:
             raise DecodeError(PLAINTEXT_REFUSED)
-        parsed = self._names.parse_queue_subject(d.subject)
+        parsed = self._task_of(d.subject)
         envelope = decode(
             d.data,
             subject_task=parsed[1] if parsed else None,
@@ -261,6 +265,16 @@ class Judge:
             shown = parsed[1] if parsed else d.subject
             raise DecodeError(f"the body names task {envelope.task[:80]!r}, its subject {shown!r}")
         return envelope
+
+    def _task_of(self, subject: str) -> tuple[str, str] | None:
+        """The (queue, task) a task subject names, None if it names none."""
+        try:
+            return self._subjects[subject]
+        except KeyError:
+            if len(self._subjects) >= SUBJECTS_KEPT:
+                self._subjects.clear()
+            parsed = self._subjects[subject] = self._names.parse_queue_subject(subject)
+            return parsed
 
 
 def _marked(phase: Phase, job: Job) -> bool:

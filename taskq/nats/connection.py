@@ -177,8 +177,11 @@ class Connection:
         waiting = [d for d in deliveries if not d.settled]
         if not waiting:
             return
-        with self._guard:
+        try:  # no guard entered unless it fails: this runs for every settle
             await self._wire.write_many(self._nc, [(d.ack_subject, "", b"", None) for d in waiting])
+        except BaseException as exc:
+            self._guard.reraise(exc)
+            raise
         for delivery in waiting:
             await delivery.acked_by_write()
 

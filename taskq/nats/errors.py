@@ -73,7 +73,14 @@ class Guard:
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
     ) -> None:
-        if exc is None or isinstance(exc, TaskqError) or not isinstance(exc, Exception):
+        if exc is not None:
+            self.reraise(exc)
+
+    def reraise(self, exc: BaseException) -> None:
+        """Raise the taskq error for `exc`, or return (the caller re-raises it as it is).
+        What `with guard:` does, for the hot paths that catch errors themselves so that a
+        call that succeeds enters no guard at all."""
+        if isinstance(exc, TaskqError) or not isinstance(exc, Exception):
             return
         error = translate(exc, self.recent_violation)
         if error is not None:

@@ -132,10 +132,10 @@ class Pipeline:
             await self._open()
         token, future = self._expect(ack_timeout)
         try:
-            with self._guard:
-                await self._nc.publish(subject, body, reply=self._prefix + token, headers=headers)
-        except BaseException:
+            await self._nc.publish(subject, body, reply=self._prefix + token, headers=headers)
+        except BaseException as exc:
             self._waiting.pop(token, None)
+            self._guard.reraise(exc)
             raise
         return future
 
@@ -158,11 +158,11 @@ class Pipeline:
             tokens.append(token)
             outgoing.append((subject, self._prefix + token, body, headers))
         try:
-            with self._guard:
-                await self._wire.write_many(self._nc, outgoing)
-        except BaseException:
+            await self._wire.write_many(self._nc, outgoing)
+        except BaseException as exc:
             for token in tokens:
                 self._waiting.pop(token, None)
+            self._guard.reraise(exc)
             raise
         return futures
 
@@ -240,7 +240,7 @@ class Pipeline:
 
     def _ack(self, msg: Msg) -> PubAck:
         """The PubAck in a reply, or the taskq error for a refusal."""
-        with self._guard:
+        try:
             if msg.headers and msg.headers.get(STATUS) == NO_RESPONDERS:
                 raise nats.js.errors.NoStreamResponseError
             reply: dict[str, Any] = from_json(msg.data)
@@ -248,6 +248,9 @@ class Pipeline:
             if error is not None:
                 nats.js.errors.APIError.from_error(error)  # raises the error's class
             return PubAck(reply["stream"], int(reply["seq"]), bool(reply.get("duplicate")))
+        except Exception as exc:
+            self._guard.reraise(exc)
+            raise
 
     def _overdue(self) -> None:
         """Fail the publishes past their deadline (SWEEP s late at most); re-arm while any

@@ -200,8 +200,11 @@ class Puller:
     async def stream(self, batch: int, expires: float) -> AsyncIterator[Delivery]:
         """Yield up to `batch` deliveries as they arrive, for at most `expires` seconds."""
         request = json.dumps({"batch": batch, "expires": int(expires * 1e9)}).encode()
-        with self._guard:
+        try:  # no guard entered unless it fails: this runs for every pull
             await self._client.publish(self._next, request, reply=self._inbox)
+        except BaseException as exc:
+            self._guard.reraise(exc)
+            raise
         # the server answers 408 at expiry; past this client deadline the request is lost
         deadline = asyncio.get_running_loop().time() + expires + 1.0
         remaining = batch

@@ -28,7 +28,9 @@ from taskq.records.clock import format_time
 from taskq.records.heartbeats import list_workers
 from taskq.records.results import fetch
 from taskq.records.schedules import list_schedules
+from taskq.topology.names import Names
 from tests.conftest import run_cli, running_worker, wait_until
+from workers.judge import SUBJECTS_KEPT, Judge
 
 APP = "tests.apps.ledger:app"
 
@@ -124,11 +126,26 @@ async def test_the_subject_decides_which_task_runs(app: App, nats_url: str, pref
             body = json.dumps({"task": "wipe", "args": ["all"]}).encode()
             await nc.jetstream().publish(f"{prefix}.q.default.echo", body)
             await wait_until(lambda: worker.stats["dead"] == 1, timeout=20)
+            # the same subject again (its parse now kept by the judge), with an honest body
+            honest = json.dumps({"task": "echo", "args": ["hi"]}).encode()
+            await nc.jetstream().publish(f"{prefix}.q.default.echo", honest)
+            await wait_until(lambda: worker.stats["succeeded"] == 1, timeout=20)
     finally:
         await nc.close()
-    assert ran == []
+    assert ran == ["echo hi"]
     [letter] = await list_dead(app)
     assert letter.reason == "undecodable" and "its subject 'echo'" in letter.error.message
+
+
+def test_a_judge_keeps_a_bounded_number_of_subjects() -> None:
+    # any number of distinct subjects may reach a worker (a producer picks them)
+    judge = object.__new__(Judge)
+    judge._names, judge._subjects = Names("p"), {}
+    for number in range(SUBJECTS_KEPT + 100):
+        assert judge._task_of(f"p.q.default.t{number}") == ("default", f"t{number}")
+    assert 0 < len(judge._subjects) <= SUBJECTS_KEPT
+    assert judge._task_of("p.q.default.t1") == ("default", "t1")
+    assert judge._task_of("other.q.default.t1") is None
 
 
 async def test_a_lone_surrogate_anywhere_is_dead_lettered_undecodable_once(
