@@ -22,17 +22,15 @@ import logging
 
 from taskq.client import Client
 from taskq.errors import TaskqError
-from taskq.ids import safe_id
 from taskq.policy import Ack, Cancel, Dead, Decision
 from taskq.records.clock import now_iso
 from taskq.records.envelope import Envelope
 from taskq.topology.specs import flows_bucket
 from taskq.workflows.state import CallbackState, ChainState, ChordState, GroupState
-from taskq.workflows.store import FINAL, RunSummary, ensure_runs, parse_summary
+from taskq.workflows.store import FINAL, RunSummary, ensure_runs, update_summary
 
 log = logging.getLogger("taskq.worker")
 Canvas = ChainState | GroupState | ChordState | CallbackState
-TRIES = 10  # compare-and-set rounds lost to another of its tasks before giving up
 SHARD = 100  # a group's members whose done-marks one count reads
 
 
@@ -86,18 +84,13 @@ async def _group_done(client: Client, flow: GroupState) -> bool:
 
 
 async def _write(client: Client, flow: Canvas, envelope: Envelope, state: str) -> None:
-    """Set the summary's state with compare-and-set: made if absent, left alone when it
-    is a durable run's, of another kind, or ended."""
+    """Set the summary's state: made if absent, left alone when it is a durable run's, of
+    another kind, or ended."""
     kind = "chord" if isinstance(flow, CallbackState) else flow.kind
-    await ensure_runs(client)
-    bucket, key = client.names.runs_bucket, safe_id(flow.id)
-    for _ in range(TRIES):
-        found = await client.connection.kv.get(bucket, key)
-        current = parse_summary(found[0], any_kind=True) if found else None
-        if found is not None and (current is None or current.kind != kind):
-            return  # a durable run's (or unreadable): not this canvas's to write
+
+    def change(current: RunSummary | None) -> RunSummary | None:
         if current is not None and (current.state in FINAL or current.state == state):
-            return
+            return None
         summary = current or RunSummary(
             id=flow.id,
             name=kind,
@@ -105,10 +98,7 @@ async def _write(client: Client, flow: Canvas, envelope: Envelope, state: str) -
             kind=kind,
             started_at=envelope.enqueued_at or now_iso(),
         )
-        summary = summary.model_copy(update={"state": state, "updated_at": now_iso()})
-        body = summary.model_dump_json().encode()
-        revision = found[1] if found else 0
-        where = f"$KV.{bucket}.{key}"
-        ttl = client.settings.results_ttl
-        if await client.connection.records.replace(where, body, revision, ttl=ttl):
-            return
+        return summary.model_copy(update={"state": state})
+
+    await ensure_runs(client)
+    await update_summary(client, flow.id, change, kind, ttl=client.settings.results_ttl)

@@ -337,21 +337,34 @@ def _subject_of(client: Client, run_id: str, event: Event, msg_id: str) -> str:
 
 
 async def update_summary(
-    client: Client, run_id: str, change: Callable[[RunSummary | None], RunSummary | None]
+    client: Client,
+    run_id: str,
+    change: Callable[[RunSummary | None], RunSummary | None],
+    kind: str = "workflow",
+    ttl: float | None = None,
 ) -> None:
-    """Apply `change` to the run's summary with compare-and-set (decisions of one run may
-    write at once: a final state is never overwritten by a late `running`)."""
+    """Apply `change` to the summary of the run (or chain, group or chord: `kind`) with
+    compare-and-set: the one writer of the runs bucket. Its writers may write at once (a
+    final state is never overwritten by a late `running`: `change` says so). A durable
+    run's summary replaces whatever else holds its key; a canvas's never replaces what is
+    not its own (left alone, nothing written). `ttl`: the summary expires that many
+    seconds after this write (canvases; a durable run's is removed when the run expires)."""
     bucket, key = client.names.runs_bucket, safe_id(run_id)
     for _ in range(SUMMARY_TRIES):
         found = await client.connection.kv.get(bucket, key)
-        current = parse_summary(found[0]) if found else None
+        current = parse_summary(found[0], any_kind=True) if found else None
+        if found is not None and (current is None or current.kind != kind):
+            if kind != "workflow":
+                return  # a durable run's, another canvas's or unreadable: not this one's
+            current = None
         new = change(current)
         if new is None:
             return
         new.updated_at = now_iso()
         body = new.model_dump_json().encode()
         revision = found[1] if found else 0
-        if await client.connection.records.replace(f"$KV.{bucket}.{key}", body, revision):
+        where = f"$KV.{bucket}.{key}"
+        if await client.connection.records.replace(where, body, revision, ttl=ttl):
             return
     raise TransientError(f"the summary of workflow run {run_id} kept changing")
 
