@@ -88,7 +88,7 @@ async def test_tracebacks_lead_with_the_exception_and_the_users_frames(
         # taskq's own frames are folded, and there on a click
         folded = page.locator("details.taskq-frames").first
         await expect(folded.locator("summary")).to_have_text(
-            re.compile(r"^\d+ taskq frames \(execute, middleware, telemetry\)$")
+            re.compile(r"^\d+ taskq frames \(execute, telemetry\)$")
         )
         await expect(folded).not_to_have_attribute("open", "")
         inner = folded.locator("pre")
@@ -98,7 +98,7 @@ async def test_tracebacks_lead_with_the_exception_and_the_users_frames(
         await folded.locator("summary").click()
         await expect(inner).to_be_visible()
         await expect(inner).to_contain_text("workers/execute.py")
-        await expect(inner).to_contain_text("taskq/middleware.py")
+        await expect(inner).to_contain_text("taskq/telemetry.py")
 
 
 async def test_a_failed_chains_final_step_keeps_its_own_name(
