@@ -19,7 +19,7 @@ from taskq import App
 from taskq.records.schedules import list_schedules
 from taskq.server import EmbeddedServer
 from tests.conftest import HANG, running_worker, wait_until
-from tests.roles import credentials, provisioned, role
+from tests.roles import credentials, provisioned, raw_connection, role
 
 # a hang guard past the `waiting` fixture's set-up bound (2 * HANG)
 pytestmark = pytest.mark.timeout(4 * HANG)
@@ -87,16 +87,40 @@ async def waiting(secure_server: EmbeddedServer) -> AsyncIterator[App]:
 
     await provisioned(secure_server.url, worker_app, ["default"])
     async with running_worker(worker_app, queues=["default"]) as worker:
-        await operator.tasks["hold"].options(countdown=3600).enqueue(0)
-        # set-up, not the behaviour under test: as long as a loaded machine needs (a CI run
-        # under a stall of the whole machine took more than HANG here)
-        await wait_until(lambda: worker.stats["held"] == 1, timeout=2 * HANG)
+        delayed = await operator.tasks["hold"].options(countdown=3600).enqueue(0)
+
+        async def kept() -> bool:  # this task held as a schedule: the shared server's queue
+            # may hold other tests' tasks, which this worker hands back (held too)
+            return f"task.{delayed.id}" in {k.name for k in await list_schedules(operator)}
+
+        try:
+            await wait_until(kept, timeout=2 * HANG, every=0.1)
+        except AssertionError:
+            raise AssertionError(await why_not_held(secure_server, worker.stats)) from None
     for n in (1, 2, 3):
         await operator.tasks["hold"].enqueue(n)
     yield operator
     await operator.purge_queue("default")
     for app in (operator, worker_app):
         await app.aclose()
+
+
+async def why_not_held(server: EmbeddedServer, stats: object) -> str:
+    """The worker's counts and what the server says of the queue (a failure's message)."""
+    nc = await raw_connection(server, "operator")
+    try:
+        said = []
+        for what in ("STREAM.INFO.TASKQ_Q_DEFAULT", "CONSUMER.INFO.TASKQ_Q_DEFAULT.default"):
+            reply = await nc.request(f"$JS.API.{what}", b"", timeout=5)
+            said.append(f"{what}: {reply.data.decode()[:1500]}")
+        operator = role(server, "operator")
+        try:
+            kept = [(k.name, k.expression, k.queue) for k in await list_schedules(operator)]
+        finally:
+            await operator.aclose()
+        return f"not held; worker stats {stats}; schedules {kept[:40]}; " + "; ".join(said)
+    finally:
+        await nc.close()
 
 
 PRODUCER_MAY_NOT_SUBSCRIBE = [
