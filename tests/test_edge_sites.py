@@ -12,6 +12,7 @@ import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -225,16 +226,30 @@ RETRY_MAX = 120.0  # nats-server's longest wait between two tries of a source (s
 
 
 async def sources_of(topology: Topology) -> str:
-    """What the site's queue stream says of its sources (for a failure's message)."""
+    """What the servers say of both ways (for a failure's message): the site's queue stream
+    and its source of the hub's outbox; the hub's results streams and their sources of the
+    site's, and the site's consumers `hub` they source through."""
     import nats
 
-    stream = (await topology.at_site.client()).names.queue_stream("default")
-    nc = await nats.connect(topology.site.url)
-    try:
-        reply = await nc.request(f"$JS.API.STREAM.INFO.{stream}", b"", timeout=5)
-        return f"no result at the hub; the site's {stream}: {reply.data.decode()[:3000]}"
-    finally:
-        await nc.close()
+    site = await topology.at_site.client()
+    results = [f"KV_{b}" for b in site.results.configured]
+    asked = [(topology.site, f"STREAM.INFO.{site.names.queue_stream('default')}")]
+    asked += [(topology.hub, f"STREAM.INFO.{stream}") for stream in results]
+    asked += [(topology.site, f"CONSUMER.INFO.{stream}.hub") for stream in results]
+    said = []
+    for server, what in asked:
+        nc = await nats.connect(server.url)
+        try:
+            reply = await nc.request(f"$JS.API.{what}", b"", timeout=5)
+            said.append(f"{what}: {_brief(json.loads(reply.data))}")
+        finally:
+            await nc.close()
+    return "no result at the hub; " + "; ".join(said)
+
+
+def _brief(info: dict[str, Any]) -> str:
+    """A stream's or consumer's info without its config."""
+    return json.dumps({k: v for k, v in info.items() if k not in ("config", "type")})[:1500]
 
 
 @pytest.mark.timeout(RETRY_MAX + 3 * HANG)
