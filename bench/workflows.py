@@ -3,8 +3,12 @@ server with one in-process worker (docs/workflows.md).
 
     python -m bench.workflows                   # the default sizes (a few minutes)
     python -m bench.workflows --steps 200 --gather 1000 --sleepers 1000   # a quick look
+    python -m bench.workflows --canvas-only     # a 10,000-member group, a 20,000-member chord
+                                                # alone (bench/results/canvas.md)
 
 Prints and writes bench/results/workflows.md:
+- a group of G no-op tasks and a chord of C, end to end (their marks in the workflows
+  stream beside the journals);
 - a sequential workflow of N no-op steps against a chain of the same N tasks, for N and
   N/4 and N/2 (time grows linearly with steps if the per-step time stays flat), and a
   step's overhead end to end (workflow time per step minus chain time per task);
@@ -29,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.run import RESULTS, fresh_prefix
-from taskq import App, Workflow, chain
+from taskq import App, Workflow, chain, chord, group
 from taskq.cli.main import run_async
 from taskq.records.heartbeats import list_workers
 from taskq.records.results import fetch
@@ -49,7 +53,7 @@ def _app(url: str) -> tuple[App, Any, Any, Any]:
     app = App(url=url, prefix=fresh_prefix())
 
     @app.task
-    async def noop(i: int = 0) -> int:
+    async def noop(i: Any = 0) -> Any:
         return i
 
     @app.workflow
@@ -94,6 +98,23 @@ async def _gather(url: str, steps: int) -> tuple[float, float]:
         grew = _rss_mb() - before
     await app.aclose()
     return took, grew
+
+
+async def _canvases(url: str, members: int, chorded: int) -> tuple[float, float]:
+    """Seconds for a group of `members` no-op tasks and for a chord of `chorded`, end to
+    end (their marks in the workflows stream, taskq.workflows.marks)."""
+    app, noop, _, _ = _app(url)
+    async with _worker(app):
+        began = time.perf_counter()
+        handle = await group(*(noop.s(i) for i in range(members))).enqueue()
+        assert await handle.result(timeout=3600) == list(range(members))
+        grouped = time.perf_counter() - began
+        began = time.perf_counter()
+        final = await chord(group(*(noop.s(i) for i in range(chorded))), noop.s()).enqueue()
+        assert len(await final.result(timeout=3600)) == chorded
+        took = time.perf_counter() - began
+    await app.aclose()
+    return grouped, took
 
 
 @dataclass
@@ -212,6 +233,15 @@ class _worker:
 
 async def measure(url: str, args: argparse.Namespace) -> list[str]:
     lines = ["| measure | workflow | chain of tasks | ratio |", "|---|---|---|---|"]
+    grouped, chorded = await _canvases(url, args.group, args.chord)
+    lines += [
+        f"| group of {args.group} tasks: s (tasks/s) | | {grouped:.2f}"
+        f" ({args.group / grouped:.0f}) | |",
+        f"| chord of {args.chord} tasks: s (tasks/s) | | {chorded:.2f}"
+        f" ({args.chord / chorded:.0f}) | |",
+    ]
+    if args.canvas_only:
+        return lines
     for steps in (args.steps // 4, args.steps // 2, args.steps):
         workflow, chained = await _sequential(url, steps)
         per_step, per_task = workflow / steps * 1000, chained / steps * 1000
@@ -244,12 +274,15 @@ def main() -> None:
     parser.add_argument("--gather", type=int, default=10_000)
     parser.add_argument("--sleepers", type=int, default=10_000)
     parser.add_argument("--sleep", type=float, default=60.0)
+    parser.add_argument("--group", type=int, default=10_000)
+    parser.add_argument("--chord", type=int, default=20_000)
+    parser.add_argument("--canvas-only", action="store_true", help="the group and chord alone")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as store, EmbeddedServer(store_dir=store) as server:
         lines = run_async(measure(server.url, args))
     text = "\n".join(lines) + "\n"
     print(text)
-    (RESULTS / "workflows.md").write_text(text)
+    (RESULTS / ("canvas.md" if args.canvas_only else "workflows.md")).write_text(text)
 
 
 if __name__ == "__main__":

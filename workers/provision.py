@@ -20,8 +20,7 @@ from taskq.records.heartbeats import ensure_workers
 from taskq.records.progress import ensure_progress
 from taskq.topology.specs import events_consumer, history_stream, results_buckets, runs_bucket
 from taskq.workers.setup import QueueSetup, ensure_level, prepare
-from taskq.workflows.canvas import ensure_flows
-from taskq.workflows.store import ensure_runs, ensure_workflows
+from taskq.workflows.store import ensure_workflows
 
 
 @dataclass(frozen=True)
@@ -58,7 +57,7 @@ async def provision(app: App, client: Client, queues: list[str]) -> Provisioned:
     names = client.names
     await client.connection.streams.ensure_consumer(events_consumer(names))
     await client.connection.streams.ensure(history_stream(names, client.settings))
-    await _buckets(app, client)
+    await _buckets(client)
     blobs = await client.codec.claims.provision()
     return Provisioned(
         queues=list(queues),
@@ -82,13 +81,12 @@ async def provision(app: App, client: Client, queues: list[str]) -> Provisioned:
     )
 
 
-async def _buckets(app: App, client: Client) -> None:
+async def _buckets(client: Client) -> None:
     """The buckets a worker makes on first use, brought up to date if an earlier taskq
-    made them; durable workflows' journals (every app: the run summaries, which chains,
-    groups and chords have too)."""
-    for ensure in (ensure_flows, ensure_workers, ensure_progress, ensure_cancels):
+    made them; the workflows stream and the runs bucket (every app: chains, groups and
+    chords keep their marks and summaries there too)."""
+    for ensure in (ensure_workers, ensure_progress, ensure_cancels, ensure_workflows):
         await ensure(client)
-    await (ensure_workflows(client) if app.workflows else ensure_runs(client))
     names, settings = client.names, client.settings
     for spec in (*results_buckets(names, settings), runs_bucket(names, settings)):
         await client.connection.kv.upgrade(spec)

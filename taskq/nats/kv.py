@@ -24,8 +24,7 @@ from nats.js.errors import (
 )
 
 from taskq.errors import NotFound, NotProvisioned, PermissionDenied, TaskqError, TransientError
-from taskq.nats import raw
-from taskq.nats.errors import STREAM_NAME_IN_USE, Guard, reply_error
+from taskq.nats.errors import STREAM_NAME_IN_USE, Guard
 from taskq.nats.messages import Messages
 from taskq.nats.types import KVEntry, PubAck, StoredMessage
 from taskq.retrying import ELECTION, patiently, retry_transient
@@ -39,9 +38,6 @@ PublishMany = Callable[
     [list[tuple[str, bytes, dict[str, str] | None]]], Awaitable[list["asyncio.Future[PubAck]"]]
 ]
 Subscribe = Callable[[str, Callable[[str, bytes], Awaitable[None]]], Awaitable[Any]]
-
-
-PAST_THE_END = 2**31 - 1  # a subject listing's offset beyond any: no subjects, their total
 
 
 class Opened(Protocol):
@@ -178,16 +174,8 @@ class KeyValue:
                 return None
 
     async def count(self, bucket: str, pattern: str) -> int:
-        """How many keys matching `pattern` (e.g. `chord.r.*`) hold a value: the server's
-        `total` of a subject listing asked for past its end, so the answer does not grow with
-        the keys (a chord's or group's members each ask, as they settle)."""
-        body = {"subjects_filter": subject(bucket, pattern), "offset": PAST_THE_END}
-        what = f"STREAM.INFO.{stream(bucket)}"
-        reply = await patiently(lambda: raw.request(self._nc, self._guard, what, body))
-        error = reply_error(reply, "stream info")
-        if error is not None:
-            raise error
-        return int(reply.get("total") or 0)
+        """How many keys matching `pattern` (e.g. `chord.r.*`) hold a value."""
+        return await self._messages.count(stream(bucket), subject(bucket, pattern))
 
     async def keys(self, bucket: str, pattern: str) -> list[str]:
         """The keys matching `pattern` (e.g. `flow.*`) that hold a value, sorted."""

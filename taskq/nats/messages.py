@@ -30,6 +30,7 @@ from taskq.nats.wire import Wire
 from taskq.retrying import patiently
 
 MULTI_LAST = 1024  # subjects one `multi_last` direct get may name (nats-server 2.15.1)
+PAST_THE_END = 2**31 - 1  # a subject listing's offset beyond any: no subjects, their total
 
 
 class Messages:
@@ -155,6 +156,18 @@ class Messages:
         direct get: one round trip however long the stream. Fewer when the stream ends;
         empty when nothing is stored there (or the stream does not exist)."""
         return await self._direct_batch(stream, seq, subject, count)
+
+    async def count(self, stream: str, subjects: str) -> int:
+        """How many subjects matching `subjects` hold a message: the server's `total` of a
+        subject listing asked for past its end, so the answer does not grow with the
+        subjects (a group's or chord's members each ask, as they settle)."""
+        body = {"subjects_filter": subjects, "offset": PAST_THE_END}
+        what = f"STREAM.INFO.{stream}"
+        reply = await patiently(lambda: api_request(self._nc, self._guard, what, body))
+        error = reply_error(reply, "stream info")
+        if error is not None:
+            raise error
+        return int(reply.get("total") or 0)
 
     async def latest(self, stream: str, subjects: list[str]) -> dict[str, int]:
         """The sequence of the last message stored on each of `subjects` (those with none

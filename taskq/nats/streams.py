@@ -213,6 +213,7 @@ class Streams:
             subjects=dict(getattr(state, "subjects", None) or {}),
             config_subjects=tuple(info.config.subjects or ()),
             replicas=int(info.config.num_replicas or 1),
+            msg_ttl=bool(info.config.allow_msg_ttl),
         )
 
     async def consumer_state(self, stream: str, durable: str) -> ConsumerState:

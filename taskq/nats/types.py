@@ -41,6 +41,7 @@ class StreamState:
     subjects: dict[str, int]
     config_subjects: tuple[str, ...]
     replicas: int = 1
+    msg_ttl: bool = False  # per-message TTLs (`Nats-TTL`) allowed
 
 
 @dataclass(frozen=True)

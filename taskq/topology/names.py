@@ -281,24 +281,30 @@ class Names:
     def flows_bucket(self) -> str:
         return f"{self._up}_FLOWS"
 
-    # durable workflows: each run's journal is one subject of one stream; a summary of every
-    # run (its state, for listings) is a key of the runs bucket
+    # durable runs' journals (and groups' and chords' marks) in one stream; runs' summaries
     @property
     def workflows_stream(self) -> str:
         return f"{self._up}_WORKFLOWS"
 
     def journal_subject(self, run_id: str, writer: str, key: str) -> str:
         """One event of a run's journal (`run_id` in its safe form), under its writer: `s`
-        its start, `u` what users send (signals, cancels), `o` an operator's retry, `w`
-        what workers write (decisions, step outcomes, timers), `c` a large decision's
-        chunks. Roles get the writers they may write, so a producer can signal a run but
-        never write a step's outcome or resume a failed run. One subject per event (`key`),
-        so a read finds each by the server's subject index instead of scanning."""
+        its start, `u` signals and cancels, `o` an operator's retry, `w` what workers write
+        (decisions, step outcomes, timers), `c` a large decision's chunks. Roles get the
+        writers they may write: a producer can signal a run, never write a step's outcome.
+        One subject per event (`key`), found by the server's subject index, not a scan."""
         return f"{self.prefix}.wf.{run_id}.{writer}.{key}"
 
     def journal_filter(self, run_id: str, writer: str = "*") -> str:
         """Every event of a run's journal (or of one writer)."""
         return f"{self.prefix}.wf.{run_id}.{writer}.*"
+
+    def canvas_subject(self, flow_id: str, part: str, key: str) -> str:
+        """A group's or chord's mark in the workflows stream (taskq.workflows.marks): a
+        token more than a journal event's, so no run's journal holds one."""
+        return f"{self.prefix}.wf.{flow_id}.k.{part}.{key}"
+
+    def canvas_filter(self, flow_id: str, part: str) -> str:
+        return f"{self.prefix}.wf.{flow_id}.k.{part}.*"
 
     @property
     def journals_filter(self) -> str:

@@ -284,8 +284,9 @@ JOURNAL_BYTES = 32 * 1024 * 1024
 
 
 def workflows_stream(names: Names, settings: Settings) -> StreamSpec:
-    """Durable workflow runs' journals, one subject per run (limits retention: a journal
-    stays until its run has ended and its results expired, taskq.workflows.decide)."""
+    """Durable workflow runs' journals, one subject per event (limits retention: a journal
+    stays until its run has ended and its results expired, taskq.workflows.decide), and
+    chains', groups' and chords' entries, each expiring `results_ttl` after it was written."""
     return StreamSpec(
         name=names.workflows_stream,
         subjects=(names.journals_filter,),
@@ -299,6 +300,7 @@ def workflows_stream(names: Names, settings: Settings) -> StreamSpec:
         refuse_when_full=True,
         max_msg_size=2 * JOURNAL_EVENT_BYTES,  # room for sealing and headers
         max_bytes=settings.workflows_max_bytes or -1,
+        msg_ttl=True,  # a chain's, group's or chord's entries expire (taskq.workflows.marks)
     )
 
 

@@ -5,9 +5,9 @@ written by the workers that settle its tasks (a producer may not write the bucke
 * made `running` when its first task settles (a chain's step 0, a group's or chord's
   member 0);
 * ended `succeeded` when its final task does (a chain's last step, a chord's callback), or,
-  for a group, when its last member does (each member counted once, create-only, in the
-  flows bucket); ended `dead` or `cancelled` when any of its tasks is dead-lettered or
-  cancelled (it cannot complete then);
+  for a group, when its last member does (each member marked once,
+  taskq.workflows.marks); ended `dead` or `cancelled` when any of its tasks is
+  dead-lettered or cancelled (it cannot complete then);
 * expires `results_ttl` after its last change (a per-message TTL), as its records do.
 
 It is written only where the bucket holds no durable run's summary under that id and
@@ -25,13 +25,12 @@ from taskq.errors import TaskqError
 from taskq.policy import Ack, Cancel, Dead, Decision
 from taskq.records.clock import now_iso
 from taskq.records.envelope import Envelope
-from taskq.topology.specs import flows_bucket
+from taskq.workflows.marks import marks_of
 from taskq.workflows.state import CallbackState, ChainState, ChordState, GroupState
 from taskq.workflows.store import FINAL, RunSummary, ensure_runs, update_summary
 
 log = logging.getLogger("taskq.worker")
 Canvas = ChainState | GroupState | ChordState | CallbackState
-SHARD = 100  # a group's members whose done-marks one count reads
 
 
 async def note_settled(client: Client, envelope: Envelope, decision: Decision) -> None:
@@ -66,21 +65,9 @@ async def _state_after(
 
 
 async def _group_done(client: Client, flow: GroupState) -> bool:
-    """Count this member done, and tell whether all are: create-only marks (once, however
-    often a member settles), counted by the server per shard of `SHARD` members, then the
-    shards marked complete counted: a member's count reads at most `SHARD` marks, so a
-    group's counting grows linearly with its size (a count of every mark by every member
-    made a 10,000-member group four times slower)."""
-    if flow.size is None or flow.index is None:
-        return False  # enqueued by an earlier taskq: its size is not known
-    kv, bucket = client.connection.kv, client.names.flows_bucket
-    await kv.ensure(flows_bucket(client.names, client.settings))
-    shard = flow.index // SHARD
-    await kv.create(bucket, f"{flow.id}.g.{shard}.{flow.index}", b"1")
-    if await kv.count(bucket, f"{flow.id}.g.{shard}.*") < min(SHARD, flow.size - shard * SHARD):
-        return False
-    await kv.create(bucket, f"{flow.id}.s.{shard}", b"1")  # this shard is complete
-    return await kv.count(bucket, f"{flow.id}.s.*") >= -(-flow.size // SHARD)
+    """Count this member done (once, however often it settles), and tell whether all are
+    (taskq.workflows.marks)."""
+    return await marks_of(client, flow).settle(None)
 
 
 async def _write(client: Client, flow: Canvas, envelope: Envelope, state: str) -> None:

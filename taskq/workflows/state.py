@@ -38,6 +38,9 @@ QueueName = Annotated[str, AfterValidator(check_queue)]
 Count = Annotated[int, Field(ge=0, le=MAX_MEMBERS)]
 SECRET = re.compile(r"[0-9a-f]{32}")  # a run's or chord's secret: 128 random bits
 Secret = Annotated[str, StringConstraints(pattern=rf"^{SECRET.pattern}$")]
+# where a group's or chord's marks are (taskq.workflows.marks): the workflows stream; absent
+# in what an earlier taskq enqueued, whose marks are in the FLOWS bucket
+Store = Literal["journal"]
 
 
 class Step(BaseModel):
@@ -72,6 +75,7 @@ class GroupState(BaseModel):
     id: WorkflowId
     index: Count | None = None
     size: Annotated[int, Field(ge=1, le=MAX_MEMBERS)] | None = None  # None: an earlier taskq's
+    store: Store | None = None
 
     @model_validator(mode="after")
     def _member_of_it(self) -> GroupState:
@@ -97,11 +101,14 @@ class ChordState(BaseModel):
     callback: Step
     index: Count | None = None
     token: Secret | None = None
+    store: Store | None = None
 
     @model_validator(mode="after")
     def _member_of_it(self) -> ChordState:
         if self.index is not None and self.index >= self.size:
             raise ValueError(f"member {self.index} of a chord of {self.size}")
+        if self.store is not None and self.token is None:
+            raise ValueError("a chord's marks in the workflows stream need its token")
         if self.token is not None and self.final != chord_final(self.id, self.token):
             raise ValueError("a chord's callback id is not the one its token gives")
         return self
@@ -109,7 +116,12 @@ class ChordState(BaseModel):
     @property
     def members(self) -> str:
         """Where its members' results are kept in the flows bucket (`<members>.r.<i>`)."""
-        return self.id if self.token is None else f"{self.id}.{_digest('members', self.token)}"
+        return self.id if self.token is None else f"{self.id}.{self.secret_digest}"
+
+    @property
+    def secret_digest(self) -> str:
+        """A digest of its token: in its members' marks' names (taskq.workflows.marks)."""
+        return _digest("members", self.token) if self.token is not None else ""
 
 
 def chord_final(flow_id: str, token: str) -> str:

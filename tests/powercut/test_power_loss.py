@@ -112,7 +112,7 @@ async def test_a_draining_worker_cut_mid_run_loses_nothing(
 
 async def snapshot(app: App) -> dict[str, tuple[int, int]]:
     """(messages, last sequence) of every stream of the app's prefix: queues, DLQ, limits,
-    and the buckets (results, flows, cancels, workers...)."""
+    the workflows stream and the buckets (results, cancels, workers...)."""
     broker = (await app.client()).connection
     names = [n for n in await broker.streams.listing() if app.settings.prefix.upper() in n]
     states = await asyncio.gather(*(broker.streams.state(n) for n in names))
@@ -165,8 +165,8 @@ async def test_stored_state_survives_a_power_cut(
     made = await set_up_state(app)
     before = await snapshot(app)
     at = app.names
-    kept = [at.dlq_stream, at.limits_stream, at.queue_stream("later")]
-    kept += [f"KV_{b}" for b in (at.flows_bucket, at.cancels_bucket, at.workers_bucket)]
+    kept = [at.dlq_stream, at.limits_stream, at.queue_stream("later"), at.workflows_stream]
+    kept += [f"KV_{b}" for b in (at.cancels_bucket, at.workers_bucket)]
     assert all(before.get(stream, (0, 0))[0] > 0 for stream in kept), before
     servers.power_cut()
     await app.aclose()

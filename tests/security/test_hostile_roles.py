@@ -135,6 +135,7 @@ PRODUCER_MAY_NOT_SUBSCRIBE = [
 PRODUCER_MAY_NOT_PUBLISH = [
     "taskq.wf.run1.w.1",  # forging a durable run's step outcome or decision
     "taskq.wf.run1.o.1",  # resuming a failed run (an operator's retry)
+    "taskq.wf.g1.k.g-0.0",  # marking a group's or chord's member done (its marks)
     "$KV.TASKQ_RUNS.run1",  # rewriting a run's summary
     "$JS.API.DIRECT.GET.TASKQ_WORKFLOWS",  # reading runs' journals
     "$JS.API.STREAM.MSG.GET.TASKQ_WORKFLOWS",

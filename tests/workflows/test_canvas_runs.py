@@ -120,7 +120,7 @@ async def test_a_forged_canvas_message_under_a_durable_run_s_id_leaves_its_summa
 async def test_a_group_of_several_shards_ends_succeeded_once(
     app: App, nats_url: str, prefix: str
 ) -> None:
-    from taskq.workflows.canvas_runs import SHARD
+    from taskq.workflows.marks import SHARD
 
     add, _, _ = declare(app)
     # Given a group of two and a half shards of members (each shard counted on its own)
@@ -137,5 +137,5 @@ async def test_a_group_of_several_shards_ends_succeeded_once(
         # Then its summary ends succeeded, which only the last shard's last member can tell
         await wait_until(ended, timeout=30)
     client = await app.client()
-    shards = await client.connection.kv.count(app.names.flows_bucket, f"{handle.id}.s.*")
-    assert shards == 3
+    complete = app.names.canvas_filter(handle.id, "g-d")
+    assert await client.connection.messages.count(app.names.workflows_stream, complete) == 3
