@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from taskq import App, ConfigError
 from taskq.flowcontrol.rates import _fits, earliest
 from tests.apps import flowctl
-from tests.conftest import WorkerProcess, running_worker
+from tests.conftest import WorkerProcess, running_worker, wait_until
+from tests.faults import LOSE_ACK, inject
 from tests.flow_helpers import events, flow_app, start_workers
 
 __all__ = ["flow_app"]  # the fixture, shared
@@ -100,3 +101,26 @@ def test_earliest_keeps_every_sliding_window_within_the_limit(
         planned.append(start)
     ordered = sorted(planned)
     assert all(ordered[i + limit] - ordered[i] >= window for i in range(len(ordered) - limit))
+
+
+async def test_a_rate_window_whose_write_ack_was_lost_spends_one_start(app: App) -> None:
+    """A loaded server stores a reservation but its ack never comes: the retry loses the
+    compare-and-set to that very write. The task must not reserve a second start: with
+    `2/h`, both tasks still run now, none is held for an hour."""
+    ran: list[int] = []
+
+    @app.task(rate_limit="2/h")
+    async def notify(n: int) -> None:
+        ran.append(n)
+
+    client = await app.client()
+    async with running_worker(app, concurrency=1) as worker:
+        with inject(client.connection) as faults:
+            faults.lose_ack(f"*.limit.rate.*.{notify.name}")
+            first = await notify.enqueue(1)
+            await first.result(timeout=30)
+            second = await notify.enqueue(2)
+            await second.result(timeout=30)
+            await wait_until(lambda: len(ran) == 2)
+    assert LOSE_ACK in [c.fault for c in faults.calls]
+    assert worker.stats["held"] == 0 and sorted(ran) == [1, 2]

@@ -32,8 +32,11 @@ async def test_limits_queues_and_task_show_what_holds_a_task(
     async def export(n: int) -> None:
         await release.wait()
 
+    sent: list[int] = []
+
     @app.task(rate_limit="2/h")  # one window for the whole test
-    async def notify(n: int) -> None: ...
+    async def notify(n: int) -> None:
+        sent.append(n)
 
     async with running_worker(app, concurrency=8) as worker:
         running = await report.enqueue("acme", 0)
@@ -44,6 +47,11 @@ async def test_limits_queues_and_task_show_what_holds_a_task(
         # held: 2 reports (their key is busy) and 4 of the 6 notifications (2 an hour);
         # the exports wait in their lane, undelivered
         await wait_until(lambda: worker.stats["held"] >= 2 + 4, timeout=15)
+        # a notification whose start slipped (a busy machine: taskq.flowcontrol.start_gate)
+        # is held for a fresh start instead of running: each of the 6 ran or is held
+        await wait_until(lambda: len(sent) + worker.stats["held"] - 2 == 6, timeout=15)
+        rated = 6 - len(sent)  # held by the rate limit: 4 unless one slipped
+        assert len(sent) <= 2  # never more than the limit
         # taskq limits: every limit, its use, and what it holds back
         listed = await cli(nats_url, prefix, "limits", "--json")
         assert listed.returncode == 0, listed.stderr
@@ -57,7 +65,7 @@ async def test_limits_queues_and_task_show_what_holds_a_task(
         lane = by_kind(limits, "export")["max_concurrency"]
         assert (lane["in_use"], lane["waiting"]) == (1, 2)
         rate = by_kind(limits, "notify")
-        assert rate["rate_limit"]["limit"] == "2/h" and rate["rate_limit"]["held"] == 4
+        assert rate["rate_limit"]["limit"] == "2/h" and rate["rate_limit"]["held"] == rated
         assert rate["unique_for"]["in_use"] == 1  # one open window
         text = await cli(nats_url, prefix, "limits")
         assert "max_per_key" in text.stdout and "acme=1" in text.stdout
@@ -67,8 +75,8 @@ async def test_limits_queues_and_task_show_what_holds_a_task(
         )
         (default,) = stats
         assert default["held_by"]["max_per_key report (acme)"] == 2
-        assert default["held_by"]["rate_limit notify"] == 4
-        assert default["held"] == 6 and default["in_flight"] >= 2
+        assert default["held_by"]["rate_limit notify"] == rated
+        assert default["held"] == 2 + rated and default["in_flight"] >= 2
         # the two commands count the same held tasks (`limits` read 2 above `queues` once)
         assert sum(u.get("held", 0) for u in limits) == default["held"]
         # taskq task ID: a held task says so, and which limit holds it
