@@ -28,10 +28,15 @@ def documented() -> tuple[list[str], list[str]]:
 
 
 async def test_a_plain_task_runs_the_modules_the_map_names(nats_url: str) -> None:
-    enqueue, delivery = await measure(nats_url)
+    named_enqueue, named_delivery = documented()
+    # a loaded machine can only add modules (a periodic job, say the lease ticker, waking
+    # while the delivery is traced), never take the path's own away: up to three tries
+    for _ in range(3):
+        enqueue, delivery = await measure(nats_url)
+        if (sorted(enqueue), sorted(delivery)) == (sorted(named_enqueue), sorted(named_delivery)):
+            break
     assert len(enqueue) <= ENQUEUE_BUDGET, str(enqueue)
     assert len(delivery) <= DELIVERY_BUDGET, delivery
-    named_enqueue, named_delivery = documented()
     assert sorted(enqueue) == sorted(named_enqueue), "docs/architecture.md: the enqueue's list"
     assert sorted(delivery) == sorted(named_delivery), "docs/architecture.md: the delivery's list"
 
