@@ -13,6 +13,7 @@ from taskq.errors import TaskDropped
 from taskq.flowcontrol.keys import call_digest
 from taskq.flowcontrol.store import ensure_limits
 from tests.conftest import running_worker, wait_until
+from tests.faults import LOSE_ACK, inject
 
 
 async def stored(app: App, queue: str = "default") -> int:
@@ -123,6 +124,37 @@ async def test_debounce_runs_once_after_the_last_call_with_its_arguments(app: Ap
     assert sorted(label for label, _ in ran) == ["c", "x"]
     ran_at = dict(ran)["c"]
     assert ran_at - last_call >= 1.0 - 0.05  # a second after the last call, not the first
+
+
+async def test_a_gate_whose_record_write_ack_was_lost_keeps_the_call(app: App) -> None:
+    """A loaded server stores a gate's record but its ack never comes: the retry finds the
+    record there. It is this call's own write, so the call is the window's first: unique
+    is no duplicate of itself, throttle does not drop it, debounce does not report a
+    burst already going on. Each task then runs once."""
+    ran: list[str] = []
+
+    @app.task
+    async def touch(label: str) -> str:
+        ran.append(label)
+        return label
+
+    client = await app.client()
+    gated = {
+        "unique": touch.options(unique_for=30),
+        "throttle": touch.options(throttle=30, key="t"),
+        "debounce": touch.options(debounce=0.2, key="d"),
+    }
+    handles = {}
+    for kind, options in gated.items():
+        with inject(client.connection) as faults:
+            faults.lose_ack(f"*.limit.{kind}.*.{touch.name}")
+            handles[kind] = await options.enqueue(kind)
+        assert LOSE_ACK in [c.fault for c in faults.calls], kind
+    assert [k for k, h in handles.items() if h.duplicate or h.dropped] == []
+    async with running_worker(app):
+        for kind, handle in handles.items():
+            assert await handle.result(timeout=10) == kind
+    assert sorted(ran) == sorted(gated)
 
 
 async def test_gate_options_are_checked(app: App) -> None:

@@ -28,12 +28,11 @@ from typing import Any
 from taskq.client import Client
 from taskq.errors import DecodeError, TaskqError
 from taskq.flowcontrol.keys import token
-from taskq.flowcontrol.store import ensure_limits
+from taskq.flowcontrol.store import ensure_limits, write_once
 from taskq.ids import safe_id
 from taskq.nats import StoredMessage
 from taskq.records.clock import format_time
 from taskq.records.envelope import MSG_ID, Envelope, decode
-from taskq.retrying import retry_transient
 
 BURST = "Taskq-Debounce"  # on a wake-up: the key token of its burst
 RECORD_TTL = 86400.0  # a burst's record outlives any sensible wait for a worker, by far
@@ -75,17 +74,20 @@ async def call(client: Client, call: Envelope, key: str, seconds: float) -> tupl
         burst = replace(call, id=current.id if current else call.id, eta=_at(due))
         body = json.dumps({"id": burst.id, "due": due, "call": burst.to_dict()}).encode()
         last = current.seq if current is not None else 0
-        if await _replace(client, subject, body, last, seconds + RECORD_TTL):
+        if await _replace(client, stream, subject, body, last, seconds + RECORD_TTL):
             await _wake_up(client, burst, token(key))
             return burst.id, current is not None
     raise TaskqError(f"debounce of {call.task} for key {key!r}: too much contention")
 
 
-async def _replace(client: Client, subject: str, body: bytes, last: int, ttl: float) -> bool:
-    """Store the record (sealed: taskq.records.places) if `last` is still its last sequence."""
+async def _replace(
+    client: Client, stream: str, subject: str, body: bytes, last: int, ttl: float
+) -> bool:
+    """Store the record (sealed: taskq.records.places) if `last` is still its last sequence.
+    The body is this call's own (its due time and call), so a lost ack is told apart."""
     records = client.connection.records
-    stored = await retry_transient(lambda: records.replace(subject, body, last, ttl=ttl))
-    return stored is not None
+    write = lambda: records.replace(subject, body, last, ttl=ttl)  # noqa: E731
+    return await write_once(client, stream, subject, body, write) is not None
 
 
 async def _wake_up(client: Client, burst: Envelope, key_token: str) -> None:

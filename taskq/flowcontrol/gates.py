@@ -25,13 +25,12 @@ from taskq.client import Client, ClientSource
 from taskq.errors import ConfigError, TaskqError
 from taskq.flowcontrol import debounce as bursts
 from taskq.flowcontrol.keys import call_digest, token
-from taskq.flowcontrol.store import ensure_limits
+from taskq.flowcontrol.store import ensure_limits, write_once
 from taskq.handle import TaskHandle
 from taskq.middleware import Chain
 from taskq.nats import StoredMessage
 from taskq.portal import Portal
 from taskq.records.envelope import Envelope
-from taskq.retrying import retry_transient
 
 log = logging.getLogger("taskq")
 DROPPED = "Taskq-Dropped"  # on a call a throttle window dropped: why (recorded, not run)
@@ -90,10 +89,10 @@ async def unique(
     stream = await ensure_limits(client)
     which = token(gate.key) if gate.key else call_digest(envelope.args, envelope.kwargs)
     subject = client.names.limit_subject("unique", which, envelope.task)
-    records = client.connection.records
+    records, mark = client.connection.records, _mark(envelope.id)
     while True:
-        seq = await retry_transient(
-            lambda: records.create(subject, _mark(envelope.id), gate.unique_for)
+        seq = await write_once(
+            client, stream, subject, mark, lambda: records.create(subject, mark, gate.unique_for)
         )
         if seq is not None:
             return await _or_release(client, stream, seq, send(envelope))
@@ -129,8 +128,10 @@ async def throttle(
     client = await app.client()
     stream = await ensure_limits(client)
     subject = client.names.limit_subject("throttle", token(gate.key), envelope.task)
-    records = client.connection.records
-    seq = await retry_transient(lambda: records.create(subject, _mark(envelope.id), gate.throttle))
+    records, mark = client.connection.records, _mark(envelope.id)
+    seq = await write_once(
+        client, stream, subject, mark, lambda: records.create(subject, mark, gate.throttle)
+    )
     if seq is not None:
         return await _or_release(client, stream, seq, send(envelope))
     stored = await client.connection.messages.last(stream, subject)

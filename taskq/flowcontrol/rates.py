@@ -35,9 +35,8 @@ from dataclasses import dataclass
 
 from taskq.client import Client
 from taskq.flowcontrol.options import Rate
-from taskq.flowcontrol.store import ensure_limits
+from taskq.flowcontrol.store import ensure_limits, write_once
 from taskq.nats import StoredMessage
-from taskq.retrying import retry_transient
 from taskq.topology.specs import rate_horizon
 
 EARLY = 1.5  # a held copy's schedule fires this long before its start (whole seconds)
@@ -143,22 +142,16 @@ class RateWindows:
         body = json.dumps({"limit": str(self.rate), "starts": entries}).encode()
         ttl = (max(t for t, _ in entries) - now) / 1000 + self.rate.period + 60
         last = stored.seq if stored is not None else 0
-        records, tries = self.client.connection.records, 0
-
-        async def write() -> int | None:
-            nonlocal tries
-            tries += 1
-            return await records.replace(self.subject, body, last, ttl=ttl)
-
-        if await retry_transient(write) is not None:
-            return True
-        # a write whose ack was lost (a loaded server) was stored, and its retry then lost
-        # the compare-and-set to itself: the record holding exactly this body is ours (a
-        # nonce only this call drew is in it), so the task does not reserve a second start
-        if tries == 1:
-            return False
-        now_stored = await self.client.connection.messages.last(stream, self.subject)
-        return now_stored is not None and now_stored.data == body
+        records = self.client.connection.records
+        # the body holds a nonce only this call drew: write_once knows its own lost ack
+        written = await write_once(
+            self.client,
+            stream,
+            self.subject,
+            body,
+            lambda: records.replace(self.subject, body, last, ttl=ttl),
+        )
+        return written is not None
 
     async def in_use(self) -> int:
         """Starts planned within the last window (for `taskq limits`)."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from pydantic_core import to_json
@@ -93,6 +94,21 @@ def _in_shard(size: int, shard: int) -> int:
     return min(SHARD, size - shard * SHARD)
 
 
+Mark = Callable[[str, int, bytes], Awaitable[object]]  # write (part, key, body), once
+Count = Callable[[str], Awaitable[int]]  # the marks in a part
+
+
+async def _sharded(index: int, size: int, body: bytes, mark: Mark, count: Count) -> bool:
+    """Mark member `index` in its shard (part `<shard>`); once that shard is complete, mark
+    it in part `d`; True when every shard is. Both stores count this way."""
+    shard = index // SHARD
+    await mark(str(shard), index, body)
+    if await count(str(shard)) < _in_shard(size, shard):
+        return False
+    await mark("d", shard, b"1")  # this shard is complete
+    return await count("d") >= _shards(size)
+
+
 class JournalMarks:
     """A canvas's marks in the workflows stream."""
 
@@ -115,19 +131,16 @@ class JournalMarks:
         if len(body) > JOURNAL_EVENT_BYTES:  # what a durable workflow's step may return
             raise PayloadTooLarge(len(body), JOURNAL_EVENT_BYTES, "a chord member's result")
         await ensure_workflows(client)
-        shard = flow.index // SHARD
-        await self._mark(self._subject(str(shard), flow.index), body)
-        count = client.connection.messages.count
-        stream = client.names.workflows_stream
-        if await count(stream, self._filter(str(shard))) < _in_shard(flow.size, shard):
-            return False
-        await self._mark(self._subject("d", shard), b"1")  # this shard is complete
-        return await count(stream, self._filter("d")) >= _shards(flow.size)
+        return await _sharded(flow.index, flow.size, body, self._mark, self._count)
 
-    async def _mark(self, subject: str, body: bytes) -> None:
+    async def _mark(self, part: str, key: int, body: bytes) -> None:
         """Write the mark, once: None back from a create means a redelivery wrote it."""
-        ttl = self._client.settings.results_ttl
+        ttl, subject = self._client.settings.results_ttl, self._subject(part, key)
         await self._client.connection.records.create(subject, body, ttl=ttl)
+
+    async def _count(self, part: str) -> int:
+        stream = self._client.names.workflows_stream
+        return await self._client.connection.messages.count(stream, self._filter(part))
 
     async def results(self) -> list[Any]:
         size = self._flow.size or 0
@@ -174,12 +187,18 @@ class BucketMarks:
         if isinstance(flow, ChordState):
             await kv.create(bucket, f"{flow.members}.r.{flow.index}", _value(value))
             return await kv.count(bucket, f"{flow.members}.r.*") >= flow.size
-        shard = flow.index // SHARD
-        await kv.create(bucket, f"{flow.id}.g.{shard}.{flow.index}", b"1")
-        if await kv.count(bucket, f"{flow.id}.g.{shard}.*") < _in_shard(flow.size, shard):
-            return False
-        await kv.create(bucket, f"{flow.id}.s.{shard}", b"1")
-        return await kv.count(bucket, f"{flow.id}.s.*") >= _shards(flow.size)
+        return await _sharded(flow.index, flow.size, b"1", self._mark, self._count)
+
+    def _part(self, part: str) -> str:
+        return f"{self._flow.id}.s" if part == "d" else f"{self._flow.id}.g.{part}"
+
+    async def _mark(self, part: str, key: int, body: bytes) -> None:
+        bucket = self._client.names.flows_bucket
+        await self._client.connection.kv.create(bucket, f"{self._part(part)}.{key}", body)
+
+    async def _count(self, part: str) -> int:
+        bucket = self._client.names.flows_bucket
+        return await self._client.connection.kv.count(bucket, f"{self._part(part)}.*")
 
     async def results(self) -> list[Any]:
         flow, kv, bucket = self._flow, self._client.connection.kv, self._client.names.flows_bucket
