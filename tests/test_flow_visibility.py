@@ -46,12 +46,10 @@ async def test_limits_queues_and_task_show_what_holds_a_task(
         await notify.options(unique_for=60).enqueue(99)
         # held: 2 reports (their key is busy) and 4 of the 6 notifications (2 an hour);
         # the exports wait in their lane, undelivered
-        await wait_until(lambda: worker.stats["held"] >= 2 + 4, timeout=15)
-        # a notification whose start slipped (a busy machine: taskq.flowcontrol.start_gate)
-        # is held for a fresh start instead of running: each of the 6 ran or is held
-        await wait_until(lambda: len(sent) + worker.stats["held"] - 2 == 6, timeout=15)
-        rated = 6 - len(sent)  # held by the rate limit: 4 unless one slipped
-        assert len(sent) <= 2  # never more than the limit
+        # (a start that slips on a busy machine gives its reservation back and takes a
+        # fresh one now: still 2 run, taskq.flowcontrol.start_gate)
+        await wait_until(lambda: worker.stats["held"] >= 2 + 4 and len(sent) == 2, timeout=15)
+        rated = 4
         # taskq limits: every limit, its use, and what it holds back
         listed = await cli(nats_url, prefix, "limits", "--json")
         assert listed.returncode == 0, listed.stderr

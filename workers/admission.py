@@ -134,9 +134,9 @@ class Admission:
         verdict = await windows.admit(job.delivery.header(TICKET))
         if verdict.start is not None:  # now, or within a moment: wait here, then run
             loop = asyncio.get_running_loop()
-            readmit = lambda: windows.admit(None)  # noqa: E731
-            clock = self.client.clock
-            job.gate = StartGate(verdict.start, windows.slack, readmit, loop, key, clock)
+            readmit = lambda slipped: windows.admit(None, slipped)  # noqa: E731
+            clock, ticket = self.client.clock, verdict.ticket
+            job.gate = StartGate(verdict.start, windows.slack, readmit, loop, key, clock, ticket)
             # its lease is held meanwhile (the judge's)
             await wait_until(verdict.start, clock.time())
             return None

@@ -26,7 +26,7 @@ _RATE = re.compile(r"^\s*(\d+)\s*/\s*(s|sec|second|m|min|minute|h|hour)\s*$")
 
 @dataclass(frozen=True)
 class Rate:
-    """A rate limit: at most `limit` starts per `period` seconds (a clock-aligned window)."""
+    """A rate limit: at most `limit` starts in any `period` seconds (a sliding window)."""
 
     limit: int
     period: float

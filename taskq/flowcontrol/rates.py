@@ -20,8 +20,9 @@ after its last planned start.
   a late start never overlaps another's window.
 * Starts are reserved `slack` (10% of the window, 0.1 s at most) further apart than the
   window asks, so a body may start up to `slack` after its reserved start; the last
-  check before the body re-admits one that slipped half of it or more (the other half is
-  for the moment between that check and the body: taskq.flowcontrol.start_gate).
+  check before the body re-admits one that slipped half of it or more, giving the slipped
+  reservation back (the other half is for the moment between that check and the body:
+  taskq.flowcontrol.start_gate).
 * Reservations reach at most `rate_horizon(W)` ahead and MAX_LOG entries; past that a task
   is held without one, to try again later (each held task is re-published once otherwise).
 """
@@ -46,7 +47,9 @@ CONTENTION = 64  # compare-and-set attempts before giving up for now
 
 @dataclass(frozen=True)
 class Verdict:
-    """Run at `start` (epoch s; now or soon), or hold until `until` with `ticket`."""
+    """Run at `start` (epoch s; now or soon), or hold until `until` with `ticket`. The
+    ticket (`<start ms>:<nonce>`) names the reservation either way: a start that slipped
+    gives it back when it asks for a fresh one."""
 
     start: float | None
     until: float = 0.0
@@ -91,22 +94,25 @@ class RateWindows:
         # after its planned start still keeps every real window within the limit
         self.spacing = self.window + int(self.slack * 1000)
 
-    async def admit(self, ticket: str | None) -> Verdict:
-        """Run now or soon, or hold with a reservation; a valid ticket runs at its start."""
+    async def admit(self, ticket: str | None, slipped_from: str = "") -> Verdict:
+        """Run now or soon, or hold with a reservation; a valid ticket runs at its start.
+        `slipped_from`: the ticket of this task's start that slipped (no body started at
+        it), taken off the record in the same write, so a slip spends one start, not two."""
         stream = await ensure_limits(self.client)
         if ticket and (start := await self._redeem(stream, ticket)) is not None:
             return Verdict(start)
+        unused = _reservation(slipped_from)
         for _ in range(CONTENTION):
-            verdict = await self._reserve(stream)
+            verdict = await self._reserve(stream, unused)
             if verdict is not None:
                 return verdict
         return Verdict(None, self.client.clock.time() + self.ahead)  # too busy: a little later
 
-    async def _reserve(self, stream: str) -> Verdict | None:
+    async def _reserve(self, stream: str, unused: tuple[int, str] | None) -> Verdict | None:
         """One read-decide-write round; None when another worker wrote in between."""
         stored = await self.client.connection.messages.last(stream, self.subject)
         now = int(self.client.clock.time() * 1000)
-        entries = [e for e in _entries(stored) if e[0] > now - self.spacing]
+        entries = [e for e in _entries(stored) if e[0] > now - self.spacing and e != unused]
         start = earliest([e[0] for e in entries], now, self.rate.limit, self.spacing)
         if start - now > rate_horizon(self.rate.period) * 1000 or len(entries) >= MAX_LOG:
             return Verdict(None, now / 1000 + rate_horizon(self.rate.period) / 2)
@@ -114,16 +120,16 @@ class RateWindows:
         if not await self._write(stream, stored, [*entries, (start, nonce)], now):
             return None
         if (start - now) / 1000 <= self.ahead:
-            return Verdict(start / 1000)
+            return Verdict(start / 1000, ticket=f"{start}:{nonce}")
         return Verdict(None, start / 1000 - EARLY, f"{start}:{nonce}")
 
     async def _redeem(self, stream: str, ticket: str) -> float | None:
         """The start of a reservation this ticket holds, taken off the record so it runs
         once; None for a ticket that is late, spent, forged or another limit's."""
-        start_text, _, nonce = ticket.partition(":")
-        if not start_text.isdigit() or not nonce:
+        reservation = _reservation(ticket)
+        if reservation is None:
             return None
-        start = int(start_text)
+        start, nonce = reservation
         for _ in range(CONTENTION):
             stored = await self.client.connection.messages.last(stream, self.subject)
             entries = _entries(stored)
@@ -171,6 +177,14 @@ def slack(period: float) -> float:
     """Seconds further apart than the window asks that starts are reserved under a
     `period`-long limit: a body may start up to this late and keep every window."""
     return min(0.1, 0.1 * period)
+
+
+def _reservation(ticket: str) -> tuple[int, str] | None:
+    """(start ms, nonce) of a ticket; None for one that names no reservation."""
+    start_text, _, nonce = ticket.partition(":")
+    if not start_text.isdigit() or len(start_text) > 16 or not nonce:
+        return None
+    return int(start_text), nonce
 
 
 def _entries(stored: StoredMessage | None) -> list[tuple[int, str]]:

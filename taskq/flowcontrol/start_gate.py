@@ -7,10 +7,11 @@ starts up to `slack` after its reserved start keeps the promise; the gate lets a
 up to half of it late, leaving the other half for the moment between the gate and the
 body. What runs between the admission and the body (the event loop under load, a thread
 pool on a busy CPU, the middleware) can make it later than that: then the gate, the last
-thing before the body (in the task's thread for a `def` task), reserves a fresh start and
-waits for it, or, when that start is further off than a worker waits, raises StartSlipped
-so the task is held with the fresh reservation's ticket. A late body never starts into the
-next window.
+thing before the body (in the task's thread for a `def` task), reserves a fresh start,
+giving the slipped one back in the same write (no body started at it, so a slip spends
+one start, not two), and waits for it, or, when that start is further off than a worker
+waits, raises StartSlipped so the task is held with the fresh reservation's ticket. A
+late body never starts into the next window.
 """
 
 from __future__ import annotations
@@ -44,12 +45,14 @@ class StartGate:
         self,
         start: float,
         slack: float,
-        readmit: Callable[[], Awaitable[Verdict]],
+        readmit: Callable[[str], Awaitable[Verdict]],
         loop: asyncio.AbstractEventLoop,
         key: str = "",
         clock: Clock | None = None,
+        ticket: str = "",
     ) -> None:
         self.start = start
+        self.ticket = ticket  # the reservation of `start`: given back should it slip
         self.clock = clock or Clock()  # the worker's app's (taskq.clock)
         self.key = key  # the limit's key (a held task is grouped by it)
         self.slack = slack
@@ -65,7 +68,7 @@ class StartGate:
         self.slipped += 1
         if fresh.start is None:
             raise StartSlipped(fresh.until, fresh.ticket)
-        self.start = fresh.start
+        self.start, self.ticket = fresh.start, fresh.ticket
         return max(0.0, fresh.start - self.clock.time())
 
     async def passed(self) -> None:
@@ -74,7 +77,7 @@ class StartGate:
         for _ in range(READMITS):
             if not self._late():
                 return
-            await asyncio.sleep(self._next(await self.readmit()))
+            await asyncio.sleep(self._next(await self.readmit(self.ticket)))
         raise StartSlipped(self.clock.time() + self.slack)
 
     def passed_in_thread(self) -> None:
@@ -83,10 +86,11 @@ class StartGate:
         for _ in range(READMITS):
             if not self._late():
                 return
-            future = asyncio.run_coroutine_threadsafe(_awaited(self.readmit), self.loop)
+            readmitted = _awaited(self.readmit, self.ticket)
+            future = asyncio.run_coroutine_threadsafe(readmitted, self.loop)
             time.sleep(self._next(future.result(WAIT_LOOP)))
         raise StartSlipped(self.clock.time() + self.slack)
 
 
-async def _awaited(readmit: Callable[[], Awaitable[Verdict]]) -> Verdict:
-    return await readmit()
+async def _awaited(readmit: Callable[[str], Awaitable[Verdict]], ticket: str) -> Verdict:
+    return await readmit(ticket)
