@@ -10,14 +10,13 @@ from typing import Any
 import click
 
 from taskq.cli.common import Context, parse_json_args, pass_ctx
-from taskq.client import Client
-from taskq.errors import ArgumentsError, NotFound
+from taskq.errors import ArgumentsError
 from taskq.states import LEGACY_RUN
 from taskq.workflows.run_lists import LISTED, PAGE, check_filters, collect_runs
 from taskq.workflows.sends import cancel_run, retry_run, send_signal
 from taskq.workflows.store import STATES
-from taskq.workflows.story import WorkflowStory, workflow_story
-from taskq.workflows.views import RunView, show_run
+from taskq.workflows.story import show as show_workflow
+from taskq.workflows.views import RunView
 
 
 @click.group()
@@ -81,29 +80,19 @@ def _again(state: str | None, name: str | None, limit: int, before: int) -> str:
 def show(ctx: Context, run_id: str, as_json: bool) -> None:
     """A run: its state, every step with its task id, state, attempts and result or error,
     its timers and the signals it was sent; a chain, group or chord: its tasks."""
-    view = ctx.run(lambda client: _shown(client, run_id))
+    view = ctx.run(lambda client: show_workflow(client, run_id))
     if as_json:
         click.echo(json.dumps(view.to_dict(), indent=2, default=repr))
         return
-    for line in _told(view) if isinstance(view, RunView) else _canvas(view):
+    for line in _told(view) if view.summary.kind == "workflow" else _canvas(view):
         click.echo(line)
 
 
-async def _shown(client: Client, ref: str) -> RunView | WorkflowStory:
-    """The durable run `ref`; else the chain, group or chord it names; else NotFound."""
-    try:
-        return await show_run(client, ref)
-    except NotFound:
-        story = await workflow_story(client, ref)
-        if story is None:
-            raise
-        return story
-
-
-def _canvas(story: WorkflowStory) -> list[str]:
-    lines = [f"{story.kind} {story.id}  {story.state}  final task {story.final or '-'}"]
-    for step in story.steps:
-        lines.append(f"  {step.role:8}  {step.task[:24]:24}  {step.state:9}  {step.id}".rstrip())
+def _canvas(view: RunView) -> list[str]:
+    s = view.summary
+    lines = [f"{s.kind} {s.id}  {s.state}  final task {view.final or '-'}"]
+    for step in view.steps:
+        lines.append(f"  {step.role:8}  {step.target[:24]:24}  {step.state:9}  {step.id}".rstrip())
     return lines
 
 

@@ -1,11 +1,11 @@
 """`/workflows`: durable workflow runs by state and name, most recently changed first,
 paged; `/workflows/<id>`: one run's steps as a timeline, its timers and signals, live, with
-signal, cancel and retry (confirmed first); the same URL shows a chain, group or chord by
-its id (`tasks.workflow_page`): one view for both kinds.
+signal, cancel and retry (confirmed first); the same URL, model and template show a chain,
+group or chord by its id or a task's, its tasks as steps: one view for every kind.
 
 Chains, groups and chords are in the same list (named `chain`, `group`, `chord`): their
-workers keep a summary of each there (`taskq.workflows.canvas_runs`); their page is the
-canvas view. See docs/dashboard.md.
+workers keep a summary of each there (`taskq.workflows.canvas_runs`). See
+docs/dashboard.md.
 """
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ from taskq.dashboard.live import event_stream, run_events
 from taskq.dashboard.render import API, ask, done, respond, wants_json
 from taskq.dashboard.shared import client_of, link, param, url
 from taskq.errors import NotFound, PermissionDenied
+from taskq.ids import safe_id
 from taskq.workflows.run_lists import runs_page
 from taskq.workflows.sends import cancel_run, retry_run, send_signal
 from taskq.workflows.store import FINAL, STATES, RunSummary, load_summary
-from taskq.workflows.story import workflow_id_of
+from taskq.workflows.story import canvas_view, workflow_id_of
 from taskq.workflows.views import RunView, find_summary, show_run
 
 RUN_KEYS = ("state", "name")  # the runs list's filters
@@ -89,7 +90,8 @@ def _nested(runs: list[Any], deepest: int = 8) -> list[tuple[int, Any]]:
 
 
 async def workflow_page(request: Request) -> Response:
-    """A durable run's page; else (a chain, group or chord) the canvas workflow's."""
+    """Every workflow's page: a durable run's; else a chain's, group's or chord's (one
+    view, `taskq.workflows.story.show`: the same model and template)."""
     client, ref = client_of(request), param(request, "flow_id")
     if not ref:
         return RedirectResponse("/workflows", 303)
@@ -99,21 +101,35 @@ async def workflow_page(request: Request) -> Response:
         if owner != ref and await tasks.is_run(client, owner):
             where = url("workflows", owner)
             return RedirectResponse(API + where if wants_json(request) else where, 303)
-        return await tasks.workflow_page(request)
+        view = await _canvas(client, ref)
     summary = view.summary
-    live = summary.state not in FINAL
+    live = summary.state not in FINAL and summary.kind == "workflow"
     events = link(url("events", "workflows", ref), {"state": summary.state}, last=view.last_seq)
     return respond(
         request,
         "run.html",
         view.to_dict(),
-        title=f"Run {summary.name} {ref}",
+        title=f"Run {summary.name} {ref}" if summary.kind == "workflow" else f"Workflow {ref}",
         run=view,
         summary=summary,
         timers=[s for s in view.steps if s.until],
-        finished=not live,
+        finished=summary.state in FINAL,
         events=events if live else "",
     )
+
+
+async def _canvas(client: Client, ref: str) -> RunView:
+    """The chain, group or chord `ref` names; a 404 when none (nor a run) has it."""
+    # a chain, group or chord's id is a ULID, plain: any other is none of theirs
+    view = await canvas_view(client, ref) if safe_id(ref) == ref else None
+    if view is None:
+        raise DashboardError(
+            404,
+            f"no workflow {ref!r}: no durable run has this id, and no step of a chain, "
+            "group or chord is known by it",
+            see=("/workflows", "List the workflow runs"),
+        )
+    return view
 
 
 async def _run(client: Client, ref: str) -> RunView | None:

@@ -1,7 +1,6 @@
 """`/tasks`: recent tasks, newest first, filtered and paged; `/tasks/<id>`: a task's whole
-story, live while it runs, with cancel and (when dead) requeue; and a chain, group or
-chord's steps and their states (`/workflows/<id>` when the id is no durable run's:
-taskq/dashboard/runs.py)."""
+story, live while it runs, with cancel and (when dead) requeue (a workflow's id leads to
+its page, taskq/dashboard/runs.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +17,6 @@ from taskq.dashboard.shared import client_of, link, param, url
 from taskq.dlq.browse import get_dead
 from taskq.dlq.requeue import requeue
 from taskq.errors import PermissionDenied
-from taskq.ids import safe_id
 from taskq.operate.story import story
 from taskq.operate.task_list import STATES, recent
 from taskq.records.cancels import cancel
@@ -121,18 +119,3 @@ async def requeue_task(request: Request) -> Response:
 async def task_stream(request: Request) -> Response:
     """GET /events/tasks/<id>: `state`, `progress`, then `final` events."""
     return event_stream(request, task_events(client_of(request), param(request, "task_id")))
-
-
-async def workflow_page(request: Request) -> Response:
-    """A chain, group or chord: every step with its state."""
-    ref = param(request, "flow_id")
-    # a chain, group or chord's id is a ULID, plain: any other is none of theirs
-    told = await workflow_story(client_of(request), ref) if safe_id(ref) == ref else None
-    if told is None:
-        raise DashboardError(
-            404,
-            f"no workflow {ref!r}: no durable run has this id, and no step of a chain, "
-            "group or chord is known by it",
-            see=("/workflows", "List the workflow runs"),
-        )
-    return respond(request, "workflow.html", told.to_dict(), title=f"Workflow {told.id}", flow=told)

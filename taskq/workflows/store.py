@@ -376,12 +376,13 @@ async def forget(client: Client, run_id: str) -> None:
     await messages.purge(f"KV_{names.runs_bucket}", f"$KV.{names.runs_bucket}.{key}")
 
 
-async def load_summary(client: Client, run_id: str) -> RunSummary | None:
+async def load_summary(client: Client, run_id: str, any_kind: bool = False) -> RunSummary | None:
+    """A durable run's summary (`any_kind`: a chain's, group's or chord's too)."""
     try:
         found = await client.connection.kv.get(client.names.runs_bucket, safe_id(run_id))
     except NotFound:  # no bucket yet: no run was ever started under this prefix
         return None
-    return parse_summary(found[0]) if found is not None else None
+    return parse_summary(found[0], any_kind) if found is not None else None
 
 
 def parse_summary(data: bytes, any_kind: bool = False) -> RunSummary | None:

@@ -1,26 +1,30 @@
-"""A workflow's steps and their states, by the workflow's id or any of its steps' ids.
+"""A chain's, group's or chord's tasks and their states, by its id or any of its tasks'
+ids, and `show`: every workflow as one view (`RunView`: a durable run's, else a canvas's,
+its tasks as steps), for `taskq workflows show` and the dashboard's `/workflows/<id>`.
 
 Like a task's story, nothing is written for it: every step's id is `<workflow id>.<n>` (a
 chord's callback `<workflow id>.cb<digest>`), so the results bucket's keys under
-`<workflow id>.` are the
-steps that ran or failed; the queue streams hold the steps still waiting (their envelopes
-carry the workflow's shape: a chain's remaining steps, a chord's size and callback); the
-heartbeats name the running ones. A chain's steps not enqueued yet are listed as `pending`
-when a waiting step's envelope names them.
+`<workflow id>.` are the steps that ran or failed; the queue streams hold the steps still
+waiting (their envelopes carry the workflow's shape: a chain's remaining steps, a chord's
+size and callback); the heartbeats name the running ones. A chain's steps not enqueued yet
+are listed as `pending` when a waiting step's envelope names them. Its summary (start,
+last change) is the one its workers keep in the runs bucket.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
 from taskq.client import Client, ClientSource
+from taskq.errors import NotFound
 from taskq.operate.locate import waiting_with_prefix
 from taskq.records.heartbeats import list_workers
 from taskq.records.results import ensure_results, fetch
 from taskq.workflows.state import CallbackState, ChainState, ChordState, GroupState, WorkflowState
+from taskq.workflows.store import RunSummary, load_summary
+from taskq.workflows.views import RunView, StepView, show_run
 
 CALLBACK = re.compile(r"cb([0-9a-f]{16})?")  # a chord's callback: `<flow>.cb<digest>`
 
@@ -51,9 +55,6 @@ class WorkflowStory:
     state: str
     steps: list[WorkflowStep] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 def workflow_id_of(ref: str) -> str:
     """The workflow id in `ref`, which is that id or one of its steps' ids."""
@@ -81,6 +82,45 @@ async def workflow_story(source: ClientSource, ref: str) -> WorkflowStory | None
         step.role = "step" if kind == "chain" else "member"
         step.role = "callback" if is_callback(step.id) else step.role
     return WorkflowStory(flow, kind, final, _overall(final, ordered, steps), ordered)
+
+
+async def show(client: Client, ref: str) -> RunView:
+    """What `taskq workflows show` and the dashboard's `/workflows/<ref>` show, one view of
+    every kind: the durable run `ref`; else the chain, group or chord that `ref` (its id or
+    a task's) names, its tasks as steps; else NotFound."""
+    try:
+        return await show_run(client, ref)
+    except NotFound:
+        view = await canvas_view(client, ref)
+        if view is None:
+            raise
+        return view
+
+
+async def canvas_view(client: Client, ref: str) -> RunView | None:
+    """The chain, group or chord `ref` names, as every workflow is shown (a `RunView`): its
+    summary (state as its tasks tell it now), its tasks as steps; None when nothing knows
+    it."""
+    story = await workflow_story(client, ref)
+    if story is None:
+        return None
+    kept = await load_summary(client, story.id, any_kind=True)
+    first_queue = next((step.queue for step in story.steps if step.queue), "")
+    summary = RunSummary(
+        id=story.id,
+        name=story.kind,
+        queue=kept.queue if kept is not None and kept.queue else first_queue,
+        state=story.state,
+        started_at=kept.started_at if kept is not None else "",
+        updated_at=kept.updated_at if kept is not None else "",
+        error=kept.error if kept is not None else None,
+        kind=story.kind,
+    )
+    steps = [
+        StepView(n, "run", s.task, s.id, s.state, queue=s.queue, role=s.role)
+        for n, s in enumerate(story.steps)
+    ]
+    return RunView(summary, steps, final=story.final)
 
 
 async def _from_results(client: Client, flow: str, steps: dict[str, WorkflowStep]) -> set[str]:

@@ -48,16 +48,20 @@ class StepView:
     ended_at: str | None = None
     running_on: str | None = None  # a step running now: the worker (its last heartbeat)
     progress: dict[str, Any] | None = None  # ...and its latest progress report
+    queue: str | None = None  # a chain's, group's or chord's task: its queue...
+    role: str | None = None  # ...and its role: step (chain), member or callback (chord)
 
     def to_dict(self) -> dict[str, Any]:
         """As JSON shows it: every time RFC 3339 (`made_at` too), and `duration`, the
-        seconds from its start to its end when both are known."""
+        seconds from its start to its end when both are known; a canvas's task also as
+        `task` (its name)."""
         made = format_epoch(self.made_at) if self.made_at else None
-        return {
+        shown = {
             **self.__dict__,
             "made_at": made,
             "duration": seconds(self.started_at, self.ended_at),
         }
+        return shown if self.role is None else {**shown, "task": self.target}
 
 
 @dataclass
@@ -73,11 +77,13 @@ class RunView:
     kwargs: dict[str, Any] | None = None
     result: Any = None  # its return value, once it succeeded (its record's)
     ended_at: str | None = None  # when it ended (None: it has not)
+    final: str | None = None  # a chain's or chord's final task (its result is the canvas's)
 
     def to_dict(self) -> dict[str, Any]:
         s = self.summary
         return {
             **s.to_dict(),
+            "final": self.final,
             "args": self.args,
             "kwargs": self.kwargs,
             "result": self.result,

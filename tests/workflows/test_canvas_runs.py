@@ -77,6 +77,12 @@ async def test_chains_groups_and_chords_are_listed_with_their_end(
     assert shown.returncode == 0, shown.stderr
     story = json.loads(shown.stdout)
     assert story["kind"] == "chain" and story["state"] == "dead"
+    # one view of every kind: a run's object (its summary's fields, steps of kind `run`)
+    # that keeps what a canvas's always had (final; each task's task, queue and role)
+    assert story["name"] == "chain" and story["final"] == f"{bad}.2" and story["queue"]
+    first = story["steps"][0]
+    assert {"id", "task", "queue", "state", "role"} <= set(first) and first["kind"] == "run"
+    assert (first["role"], first["target"], first["id"]) == ("step", "add", f"{bad}.0")
     assert [(s["task"], s["state"]) for s in story["steps"]][:2] == [
         ("add", "succeeded"),
         ("boom", "dead"),
