@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from taskq import App
+from taskq.errors import TransientError
 from tests.apps import reliable
 from tests.cluster import Cluster
 from tests.conftest import WorkerProcess, running_worker, wait_until
@@ -114,5 +116,33 @@ async def test_cancel_on_r3_queues_leaves_them_taking_tasks(three_nodes: Cluster
         async with running_worker(app):
             assert [await h.result(timeout=30) for h in handles] == [1, 2, 3]
         assert sorted(ran) == [1, 2, 3]
+    finally:
+        await app.aclose()
+
+
+@pytest.mark.heavy  # a cluster of its own, a node killed and started again
+async def test_a_listing_waits_for_a_stream_whose_node_restarts(cluster: Cluster) -> None:
+    """A stream whose only node is down does not answer a stream listing (`missing`). A
+    user's call that needs the listing (a cancel, `taskq queues`) reads it again through
+    the restart rather than surfacing that: the power-cut test's cancel once failed on it."""
+    app = App(url=cluster.url, prefix="l" + uuid.uuid4().hex[:8], replicas=1)
+
+    @app.task
+    async def note(n: int) -> int:
+        return n
+
+    try:
+        await note.enqueue(0)  # its R1 queue stream, on one node
+        client = await app.client()
+        stream = app.names.queue_stream("default")
+        node = await client.connection.streams.leader(stream)
+        assert node in cluster.names, node
+        cluster.kill(node)
+        # one read alone reports the stream missing while its node is down
+        with pytest.raises(TransientError, match="did not answer the listing"):
+            await client.connection.streams._listing(app.names.every_subject)
+        listing = asyncio.create_task(client.connection.streams.listing(app.names.every_subject))
+        await asyncio.to_thread(cluster.start_node, node)
+        assert stream in await listing
     finally:
         await app.aclose()

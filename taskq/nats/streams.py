@@ -247,7 +247,12 @@ class Streams:
     async def listing(self, subject: str | None = None) -> dict[str, tuple[str, ...]]:
         """Every stream's configured subjects, by stream name; with `subject` (a filter like
         `taskq.>`) only the streams whose subjects overlap it, which the server selects
-        cheaply however many streams the account has. Read a page (256) at a time."""
+        cheaply however many streams the account has. Read a page (256) at a time; read
+        again, through an election, while a cluster's stream does not answer (a node just
+        restarted): every caller (a cancel, `taskq queues`) needs the whole listing."""
+        return await patiently(lambda: self._listing(subject))
+
+    async def _listing(self, subject: str | None) -> dict[str, tuple[str, ...]]:
         found: dict[str, tuple[str, ...]] = {}
         offset = 0  # by what the pages held: a name seen twice must not hold the offset back
         while True:

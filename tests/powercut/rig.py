@@ -16,6 +16,7 @@ from pathlib import Path
 
 from taskq import App
 from taskq.server import EmbeddedServer
+from taskq.settings import Settings
 from tests.cluster import Cluster, ready
 from tests.conftest import WorkerProcess, wait_until
 from tests.powercut.mount import PowerCutMount
@@ -32,6 +33,9 @@ class Rig:
     single: EmbeddedServer | None = None
     cluster: Cluster | None = None
     workers: list[WorkerProcess] = field(default_factory=list)
+    # apps of shared modules pointed at the rig, with the settings they had before: put
+    # back on close, so a later test in this process does not inherit 3 replicas
+    configured: list[tuple[App, Settings]] = field(default_factory=list)
 
     @property
     def replicas(self) -> int:
@@ -92,12 +96,15 @@ class Rig:
         """`configure` pointed at the rig (as `--url/--prefix` do), or a fresh App."""
         if configure is None:
             return App(url=self.url, prefix=prefix, replicas=self.replicas)
+        self.configured.append((configure, configure.settings))
         configure.configure(url=self.url, prefix=prefix, replicas=self.replicas)
         return configure
 
     def close(self) -> None:
         for worker in self.workers:
             worker.close()
+        for app, settings in reversed(self.configured):
+            app.settings = settings
         if self.cluster:
             self.cluster.close()
         if self.single:
