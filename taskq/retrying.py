@@ -4,7 +4,7 @@ tenacity, used as designed: `retry_transient` retries a call that raised Transie
 exponential backoff and jitter until a deadline. Safe for publishes because every task
 message carries a `Nats-Msg-Id`: a retry of a publish the server did store is dropped by its
 dedup window (docs/operations.md, clusters). `patiently` is the same helper with the short
-deadline that idempotent reads use to ride out a leader election (a few seconds in a cluster
+deadline that idempotent reads use to ride out a leader election (up to ~20 s in a cluster
 after a node dies).
 """
 
@@ -21,7 +21,11 @@ from taskq.errors import TransientError
 T = TypeVar("T")
 log = logging.getLogger("taskq")
 
-ELECTION = 8.0  # seconds a read keeps trying through a leader election
+# seconds a read keeps trying through a leader election: a nats-server follower waits 4-9 s
+# (raft.go's election timeout) for a lost leader before it campaigns, and a split vote takes
+# another round; 8 s did not cover one worst-case timeout, and a loaded 3-node cluster
+# whose meta leader was killed had none for 12 s (a DLQ listing failed on it)
+ELECTION = 20.0
 
 
 async def retry_transient(
@@ -58,5 +62,5 @@ async def retry_transient(
 
 
 async def patiently(call: Callable[[], Awaitable[T]]) -> T:
-    """An idempotent read, retried through a leader election (bounded, ~8 s, quietly)."""
+    """An idempotent read, retried through a leader election (bounded, ~20 s, quietly)."""
     return await retry_transient(call, deadline=ELECTION, what="read", level=logging.DEBUG)
