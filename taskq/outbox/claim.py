@@ -48,9 +48,31 @@ async def claim(connection: AsyncConnection, prefix: str, limit: int) -> list[Ro
         query = query.where(func.pg_try_advisory_xact_lock(LOCK_CLASS, queue_key))
         query = query.with_for_update(skip_locked=True)
     result = await connection.execute(query)
-    return [
+    rows = [
         Row(r.id, r.task_id, r.queue, r.partition_key, r.priority, bytes(r.body)) for r in result
     ]
+    if connection.dialect.name == "postgresql":
+        rows = await _oldest_only(connection, prefix, rows)
+    return rows
+
+
+async def _oldest_only(connection: AsyncConnection, prefix: str, rows: list[Row]) -> list[Row]:
+    """`rows` of the queues whose oldest row they start with; the rest wait for the next
+    pass. The advisory lock is tried row by row as the scan goes: a scan that reaches a
+    queue's later rows the moment another relay commits its earlier ones (and lets the lock
+    go) takes them, and rows skipped as locked are older too; either way publishing them
+    now would put them ahead of that queue's older rows."""
+    firsts: dict[str, int] = {}
+    for row in rows:
+        firsts.setdefault(row.queue, row.id)
+    kept = set()
+    for queue, first in firsts.items():
+        oldest = select(func.min(outbox.c.id)).where(
+            outbox.c.prefix == prefix, outbox.c.queue == queue
+        )
+        if await connection.scalar(oldest) == first:
+            kept.add(queue)
+    return [row for row in rows if row.queue in kept]
 
 
 async def remove(connection: AsyncConnection, ids: list[int]) -> None:
