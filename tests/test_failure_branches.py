@@ -23,6 +23,7 @@ from taskq.dashboard.config import DashboardConfig
 from taskq.dlq.browse import list_dead
 from taskq.errors import BrokerError, ConnectionLost, StorageFull, TransientError
 from taskq.ids import safe_id
+from taskq.nats.errors import reply_error
 from taskq.records.results import fetch
 from taskq.task import Task
 from taskq.workers import Worker
@@ -568,3 +569,21 @@ async def test_a_scripts_bulk_requeue_leaves_dead_letters_that_arrived_after_its
     # Then it requeued the three it was told of, not the two that died after the 409
     assert done.json() == {"requeued": 3, "failed": []}
     assert sorted(r.id for r in await list_dead(app)) == sorted(h.id for h in late)
+
+
+def test_an_api_reply_s_error_is_told_by_kind() -> None:
+    """A raw JetStream API reply's error, as the server words them (nats-server 2.15): 503
+    "temporarily unavailable" (no meta leader yet) is transient, so the reads that send raw
+    requests retry it through an election; a full store's 503 is not; others are refusals."""
+
+    def error(code: int, err_code: int, text: str) -> BrokerError | None:
+        body = {"error": {"code": code, "err_code": err_code, "description": text}}
+        return reply_error(body, "list streams")
+
+    unavailable = error(503, 10008, "JetStream system temporarily unavailable")
+    assert isinstance(unavailable, TransientError) and unavailable.status == 503
+    full = error(503, 10023, "insufficient resources")
+    assert isinstance(full, StorageFull) and not isinstance(full, TransientError)
+    missing = error(404, 10059, "stream not found")
+    assert type(missing) is BrokerError and missing.code == 10059
+    assert reply_error({"streams": []}, "list streams") is None

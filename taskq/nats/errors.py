@@ -243,8 +243,11 @@ def reply_error(reply: dict[str, object], what: str) -> BrokerError | None:
     if not isinstance(error, dict):
         return None
     code, err_code = error.get("code"), error.get("err_code")
-    return BrokerError(
-        str(error.get("description", f"{what} failed")),
-        err_code if isinstance(err_code, int) else None,
-        code if isinstance(code, int) else None,
-    )
+    text = str(error.get("description", f"{what} failed"))
+    status = code if isinstance(code, int) else None
+    number = err_code if isinstance(err_code, int) else None
+    full = storage_full(text, number, status)
+    if full is not None:
+        return full
+    # 503 but not full: "JetStream system temporarily unavailable" (no meta leader yet)
+    return (TransientError if status == 503 else BrokerError)(text, number, status)

@@ -18,7 +18,7 @@ import pytest
 from taskq import App
 from taskq.ports import lease_port
 from taskq.server import EmbeddedServer
-from tests.apps import reliable
+from tests.apps import deploys, reliable
 from tests.conftest import WorkerProcess, wait_until
 from tests.reliability.ledger import account, all_done
 
@@ -167,15 +167,17 @@ async def run_rolling_deploy(
 ) -> None:
     ledger = tmp_path / "ledger.txt"
     env = {"TASKQ_TEST_LEDGER": str(ledger)}
-    app = producer(url, prefix)
-    procs = [start(SPEC, "-c", "8", env=env) for _ in range(2)]
+    deploys.app.configure(url=url, prefix=prefix)
+    app = deploys.app
+    deploy = ("tests.apps.deploys:app", "-c", "8")  # a lease as long as production's
+    procs = [start(*deploy, env=env) for _ in range(2)]
     for proc in procs:
         await proc.wait_ready()
     ids = [f"d{i:05d}" for i in range(tasks)]
 
     async def produce() -> None:
         for chunk in range(0, tasks, 50):  # a steady flow while workers restart
-            await reliable.awork.enqueue_many(
+            await deploys.work.enqueue_many(
                 [{"tid": tid, "seconds": 0.02} for tid in ids[chunk : chunk + 50]]
             )
             await asyncio.sleep(0.05)
@@ -185,7 +187,7 @@ async def run_rolling_deploy(
         for i, proc in enumerate(procs):
             proc.signal(signal.SIGTERM)
             assert await proc.wait_exit(60) == 0, proc.output()
-            procs[i] = start(SPEC, "-c", "8", env=env)
+            procs[i] = start(*deploy, env=env)
             await procs[i].wait_ready()
     await producing
     await wait_until(lambda: all_done(ledger, ids), timeout=120)
