@@ -375,6 +375,9 @@ async def test_two_taskq_server_processes_a_hub_and_its_site(tmp_path: Path, pre
             sent = [await at_hub.tasks["add"].options(site="s1").enqueue(n) for n in range(10, 30)]
             assert [await h.result(timeout=HANG) for h in local] == [n + 1000 for n in range(10)]
             link.restore()
+            # provisioned while cut off, the site's source of the hub's outbox is tried again
+            # after a back-off (10 s, 20 s, ... at most RETRY_MAX): a loaded run outgrew HANG
+            assert await sent[0].result(timeout=RETRY_MAX + HANG) == 1010
             assert [await h.result(timeout=HANG) for h in sent] == [n + 1000 for n in range(10, 30)]
             for n, handle in enumerate(local):
                 assert await at_hub.handle(handle.id).result(timeout=HANG) == n + 1000
