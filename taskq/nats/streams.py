@@ -272,7 +272,11 @@ class Streams:
 
     async def names(self, subject: str | None = None) -> list[str]:
         """Every stream's name (with `subject`, those whose subjects overlap it): the
-        names-only listing, which roles that may not read stream configs may ask for."""
+        names-only listing, which roles that may not read stream configs may ask for; read
+        again through an election, as `listing` is."""
+        return await patiently(lambda: self._names(subject))
+
+    async def _names(self, subject: str | None) -> list[str]:
         found: list[str] = []
         while True:
             reply = await self._list_page(len(found), subject, "STREAM.NAMES")
@@ -284,11 +288,12 @@ class Streams:
     async def _list_page(
         self, offset: int, subject: str | None, what: str = "STREAM.LIST"
     ) -> dict[str, Any]:
-        """One page of a stream listing (`STREAM.LIST`, or `STREAM.NAMES`: names only)."""
+        """One page of a stream listing (`STREAM.LIST`, or `STREAM.NAMES`: names only); the
+        whole listing is what its caller retries, so a page is asked once."""
         body: dict[str, Any] = {"offset": offset}
         if subject:
             body["subject"] = subject
-        reply = await patiently(lambda: raw.request(self._nc, self._guard, what, body))
+        reply = await raw.request(self._nc, self._guard, what, body)
         error = reply_error(reply, "list streams")
         if error is not None:
             raise error
