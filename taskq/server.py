@@ -175,7 +175,8 @@ class EmbeddedServer:
 
     def _generated(self) -> str:
         """The config the options need: `sync_interval`, a JetStream domain, leaf nodes."""
-        jetstream = [f"sync_interval: {self.sync}"] if self.sync else []
+        # quoted: unquoted, `2m` is a size (2 MB) that nats-server reads as seconds
+        jetstream = [f'sync_interval: "{self.sync}"'] if self.sync else []
         jetstream += [f"domain: {self.edge.domain}"] if self.edge.domain else []
         text = f"jetstream {{ {', '.join(jetstream)} }}\n" if jetstream else ""
         return text + self.edge.leafnodes(self.host)

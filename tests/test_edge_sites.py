@@ -318,6 +318,21 @@ async def test_doctor_checks_the_leaf_and_the_versions_at_hub_and_site(topology:
     await wait_until(silent, timeout=HANG, every=1.0)
 
 
+async def sources_seen(url: str) -> list[dict[str, Any]]:
+    """Each stream's sources as the server at `url` reports them (for a failure's report)."""
+    import nats
+
+    nc = await nats.connect(url)
+    try:
+        js, seen = nc.jetstream(), []
+        for info in await js.streams_info():
+            for source in info.sources or []:
+                seen.append({"stream": info.config.name, **source.as_dict()})
+        return seen
+    finally:
+        await nc.close()
+
+
 class ServerProcess:
     """`taskq server ARGS...` in a subprocess (stopped by SIGTERM: it stops its nats-server)."""
 
@@ -382,9 +397,14 @@ async def test_two_taskq_server_processes_a_hub_and_its_site(tmp_path: Path, pre
             for n, handle in enumerate(local):
                 assert await at_hub.handle(handle.id).result(timeout=HANG) == n + 1000
         assert {n: c for n, c in runs.items() if c != 1} == {} and sorted(runs) == list(range(30))
+    except BaseException:
+        print("sources at the site:", await sources_seen(site.url))  # shown when it fails
+        print("sources at the hub:", await sources_seen(hub.url))
+        raise
     finally:
         for app in (at_hub, at_site):
             await app.aclose()
         await link.close()
         said = [site.stop(), hub.stop()]
+        print(f"--- site's log\n{said[0]}\n--- hub's log\n{said[1]}")
     assert "sites attach at nats-leaf://127.0.0.1:" in said[1], said[1]

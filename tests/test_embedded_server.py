@@ -21,7 +21,13 @@ def _jetstream_config(server: EmbeddedServer) -> dict[str, object]:
 
 @pytest.mark.parametrize(
     ("sync", "always", "interval"),
-    [("always", True, None), ("10s", False, 10 * 10**9), (None, False, 120 * 10**9)],
+    [
+        ("always", True, None),
+        ("10s", False, 10 * 10**9),
+        ("2m", False, 120 * 10**9),  # unquoted in the config, nats-server read 2m as 2 MB s
+        ("500ms", False, 500 * 10**6),
+        (None, False, 120 * 10**9),
+    ],
 )
 def test_the_server_runs_with_the_sync_interval_asked_for(
     tmp_path: Path, sync: str | None, always: bool, interval: int | None
