@@ -111,7 +111,7 @@ def test_server_command_runs_in_foreground_and_stops_on_sigterm(tmp_path: Path) 
         # by default the server fsyncs every write (docs/operations.md#durability)
         (nats,) = psutil.Process(proc.pid).children()
         config = nats.cmdline()[nats.cmdline().index("-c") + 1]
-        assert "sync_interval: always" in Path(config).read_text()
+        assert 'sync_interval: "always"' in Path(config).read_text()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(15) == 0
         assert not Path(config).exists()  # the generated config is removed
