@@ -318,16 +318,30 @@ async def test_doctor_checks_the_leaf_and_the_versions_at_hub_and_site(topology:
     await wait_until(silent, timeout=HANG, every=1.0)
 
 
-async def sources_seen(url: str) -> list[dict[str, Any]]:
-    """Each stream's sources as the server at `url` reports them (for a failure's report)."""
+async def streams_seen(url: str) -> list[dict[str, Any]]:
+    """What the server at `url` reports of each stream: its state, its sources, and its
+    consumers' positions (for a failure's report)."""
     import nats
 
     nc = await nats.connect(url)
     try:
         js, seen = nc.jetstream(), []
         for info in await js.streams_info():
-            for source in info.sources or []:
-                seen.append({"stream": info.config.name, **source.as_dict()})
+            name = info.config.name
+            consumers = [
+                {
+                    "name": c.name,
+                    "delivered": c.delivered.as_dict() if c.delivered else None,
+                    "ack_floor": c.ack_floor.as_dict() if c.ack_floor else None,
+                    "pending": c.num_pending,
+                    "ack_pending": c.num_ack_pending,
+                    "push_bound": c.push_bound,
+                }
+                for c in await js.consumers_info(name)
+            ]
+            sources = [s.as_dict() for s in info.sources or []]
+            state = {"messages": info.state.messages, "last_seq": info.state.last_seq}
+            seen.append({"stream": name, **state, "sources": sources, "consumers": consumers})
         return seen
     finally:
         await nc.close()
@@ -398,8 +412,9 @@ async def test_two_taskq_server_processes_a_hub_and_its_site(tmp_path: Path, pre
                 assert await at_hub.handle(handle.id).result(timeout=HANG) == n + 1000
         assert {n: c for n, c in runs.items() if c != 1} == {} and sorted(runs) == list(range(30))
     except BaseException:
-        print("sources at the site:", await sources_seen(site.url))  # shown when it fails
-        print("sources at the hub:", await sources_seen(hub.url))
+        print("runs at the site:", runs)  # shown when it fails
+        for side, server in (("site", site), ("hub", hub)):
+            print(f"streams at the {side}:", await streams_seen(server.url))
         raise
     finally:
         for app in (at_hub, at_site):
