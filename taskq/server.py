@@ -177,7 +177,8 @@ class EmbeddedServer:
         """The config the options need: `sync_interval`, a JetStream domain, leaf nodes."""
         # quoted: unquoted, `2m` is a size (2 MB) that nats-server reads as seconds
         jetstream = [f'sync_interval: "{self.sync}"'] if self.sync else []
-        jetstream += [f"domain: {self.edge.domain}"] if self.edge.domain else []
+        # quoted too: a site named `on` or `yes` is a boolean to the lexer
+        jetstream += [f'domain: "{self.edge.domain}"'] if self.edge.domain else []
         text = f"jetstream {{ {', '.join(jetstream)} }}\n" if jetstream else ""
         return text + self.edge.leafnodes(self.host)
 

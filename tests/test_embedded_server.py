@@ -1,4 +1,5 @@
-"""EmbeddedServer's `sync` option: the server really runs with that `sync_interval`."""
+"""EmbeddedServer's generated config: the server really runs with the `sync_interval` and
+JetStream domain asked for."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from taskq.errors import ConfigError
-from taskq.server import EmbeddedServer
+from taskq.server import Edge, EmbeddedServer
 
 
 def _jetstream_config(server: EmbeddedServer) -> dict[str, object]:
@@ -50,3 +51,15 @@ def test_bad_sync_values_are_one_line_config_errors(tmp_path: Path) -> None:
         EmbeddedServer(store_dir=tmp_path, sync="sometimes")
     with pytest.raises(ConfigError, match="set sync_interval in the config"):
         EmbeddedServer(store_dir=tmp_path, sync="always", config=str(tmp_path / "x.conf"))
+
+
+@pytest.mark.parametrize("domain", ["on", "yes", "s1"])
+def test_a_site_named_like_a_boolean_is_its_domain(tmp_path: Path, domain: str) -> None:
+    """`on`, `yes` are valid site names (a letter, then letters and digits): the server
+    runs with that JetStream domain (unquoted, nats-server's config lexer read a boolean
+    and refused to start)."""
+    server = EmbeddedServer(
+        store_dir=tmp_path / "store", edge=Edge(domain=domain), extra_args=("-m", "-1")
+    )
+    with server:
+        assert _jetstream_config(server)["domain"] == domain
