@@ -232,30 +232,11 @@ async def test_a_site_killed_right_after_running_hub_tasks_runs_none_twice(
 
 
 async def sources_of(topology: Topology) -> str:
-    """What the servers say of both ways (for a failure's message): the site's queue stream
-    and its source of the hub's outbox; the hub's results streams and their sources of the
-    site's, and the site's consumers `hub` they source through."""
-    import nats
-
-    site = await topology.at_site.client()
-    results = [f"KV_{b}" for b in site.results.configured]
-    asked = [(topology.site, f"STREAM.INFO.{site.names.queue_stream('default')}")]
-    asked += [(topology.hub, f"STREAM.INFO.{stream}") for stream in results]
-    asked += [(topology.site, f"CONSUMER.INFO.{stream}.hub") for stream in results]
-    said = []
-    for server, what in asked:
-        nc = await nats.connect(server.url)
-        try:
-            reply = await nc.request(f"$JS.API.{what}", b"", timeout=5)
-            said.append(f"{what}: {_brief(json.loads(reply.data))}")
-        finally:
-            await nc.close()
+    """What the servers say of both ways (for a failure's message): `streams_seen` at the
+    site, then at the hub."""
+    sides = (("site", topology.site), ("hub", topology.hub))
+    said = [f"{side}: {await streams_seen(server.url)}" for side, server in sides]
     return "no result at the hub; " + "; ".join(said)
-
-
-def _brief(info: dict[str, Any]) -> str:
-    """A stream's or consumer's info without its config."""
-    return json.dumps({k: v for k, v in info.items() if k not in ("config", "type")})[:1500]
 
 
 @pytest.mark.timeout(RETRY_MAX + 3 * HANG)
@@ -404,8 +385,9 @@ async def test_two_taskq_server_processes_a_hub_and_its_site(tmp_path: Path, pre
             sent = [await at_hub.tasks["add"].options(site="s1").enqueue(n) for n in range(10, 30)]
             assert [await h.result(timeout=HANG) for h in local] == [n + 1000 for n in range(10)]
             link.restore()
-            # provisioned while cut off, the site's source of the hub's outbox is tried again
-            # after a back-off (10 s, 20 s, ... at most RETRY_MAX): a loaded run outgrew HANG
+            # within ~1 s when the servers run alone (docs/edge.md); loaded runs have waited
+            # past HANG, and three failed at 60-180 s for a cause not found yet: the report
+            # below tells which side held the task
             assert await sent[0].result(timeout=RETRY_MAX + HANG) == 1010
             assert [await h.result(timeout=HANG) for h in sent] == [n + 1000 for n in range(10, 30)]
             for n, handle in enumerate(local):
