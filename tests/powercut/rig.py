@@ -143,7 +143,7 @@ def cluster_rig(root: Path, sync: str | None) -> Rig:
 
 
 def _render(rig: Rig) -> Callable[[Cluster, str], str]:
-    sync = f"sync_interval: {rig.sync}" if rig.sync else ""
+    sync = f'sync_interval: "{rig.sync}"' if rig.sync else ""  # quoted: a bare 2m is a size
 
     def render(cluster: Cluster, name: str) -> str:
         store = rig.mounts[name].path / "store"
