@@ -29,9 +29,13 @@ log = logging.getLogger("taskq.dlq")
 Swept = defaultdict[tuple[str, str, str], list[float]]
 
 
-async def run_sweeper(client: Client, stopping: asyncio.Event, swept: Swept | None = None) -> None:
+async def run_sweeper(
+    client: Client, stopping: asyncio.Event, swept: Swept | None = None, linger: float = 1.0
+) -> None:
     """Sweep advisories until `stopping` is set; never raises. Each task moved to the DLQ
-    is noted in `swept` (the worker's history feed: a dead letter of its queue)."""
+    is noted in `swept` (the worker's history feed: a dead letter of its queue). `linger`:
+    how long one pull request waits for advisories (the worker's fetch timeout), which is
+    how long stopping may wait for the open one."""
     names, connection = client.names, client.connection
     try:
         await retry_transient(
@@ -45,7 +49,7 @@ async def run_sweeper(client: Client, stopping: asyncio.Event, swept: Swept | No
     try:
         while not stopping.is_set():
             try:
-                async for advisory in puller.stream(16, 1.0):
+                async for advisory in puller.stream(16, linger):
                     await _sweep_guarded(client, advisory, swept)
             except TaskqError as exc:
                 log.warning("sweeper: %s", exc)

@@ -285,6 +285,7 @@ class WorkerProcess:
     def close(self) -> None:
         self.kill()
         self._out.close()
+        self.log.unlink(missing_ok=True)  # thousands of runs must not fill the machine's /tmp
 
 
 def _catches(pid: int, signum: int) -> bool:

@@ -118,7 +118,7 @@ def beside(
     loops.append(asyncio.create_task(durability_notice(client, monitor, stopping)))
     if sweeper:  # every worker sweeps crash-looped messages on one shared durable consumer
         swept = parts.control.history.pending
-        loops.append(asyncio.create_task(run_sweeper(client, stopping, swept)))
+        loops.append(asyncio.create_task(run_sweeper(client, stopping, swept, fetch_timeout)))
     if app.workflows:  # journal subjects of ids that never started a run
         loops.append(asyncio.create_task(run_janitor(client, stopping)))
     return loops
