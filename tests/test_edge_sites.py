@@ -95,6 +95,15 @@ async def topology(tmp_path: Path, prefix: str) -> AsyncIterator[Topology]:
     async with running_worker(at_site):
         warm = await at_hub.tasks["add"].options(site="s1").enqueue(-1)
         assert await warm.result(timeout=RETRY_MAX + HANG) == 999
+    # and its task gone from the hub's outbox (deleted at the site's next flow-control
+    # answer, within a second): a test that cuts the link at once finds only its own there
+    hub_client = await at_hub.client()
+    outbox = hub_client.names.site_stream("s1", "default")
+
+    async def delivered() -> bool:
+        return (await hub_client.connection.streams.state(outbox)).messages == 0
+
+    await wait_until(delivered, timeout=HANG)
     runs.clear()
     try:
         yield topology
