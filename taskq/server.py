@@ -33,10 +33,13 @@ _HUB = re.compile(r"(nats-leaf|tls)://([A-Za-z0-9_-]+:[A-Za-z0-9_-]+@)?[A-Za-z0-
 # What a site's leaf connection carries neither way (docs/edge.md): a task, schedule, dead
 # letter, flow-control record, journal or history window stored on one side only, or each
 # publish would be stored on both (the same stream subjects exist on both sides); the
-# advisories too (a hub's sweeper would act on a site's stream sequence). Tasks, results
-# and letters cross by sourcing instead; `$KV.>` and `$JS.API.>` the server denies itself.
+# advisories too (a hub's sweeper would act on a site's stream sequence), and the acks of
+# consumers (the same stream and consumer names exist on both sides: a site worker's ack of
+# its queue's message N reached the hub's consumer as an ack of the hub's message N). Tasks,
+# results and letters cross by sourcing instead (its flow control is not on `$JS.ACK`);
+# `$KV.>` and `$JS.API.>` the server denies itself.
 _SITE_ROOTS = ("q", "p", "c", "pc", "r", "pr", "s", "f", "o", "dlq", "limit", "wf", "h")
-SITE_DENIED = (*(f"*.{root}.>" for root in _SITE_ROOTS), "$JS.EVENT.>")
+SITE_DENIED = (*(f"*.{root}.>" for root in _SITE_ROOTS), "$JS.EVENT.>", "$JS.ACK.>")
 
 
 class ServerError(TaskqError):

@@ -414,3 +414,6 @@ async def test_two_taskq_server_processes_a_hub_and_its_site(tmp_path: Path, pre
         said = [site.stop(), hub.stop()]
         print(f"--- site's log\n{said[0]}\n--- hub's log\n{said[1]}")
     assert "sites attach at nats-leaf://127.0.0.1:" in said[1], said[1]
+    # the site worker's acks stayed at the site: without `$JS.ACK.>` in the leaf's deny lists
+    # each reached the hub's `default` consumer as an ack of the hub's message of that number
+    assert "past last stream sequence" not in said[1], said[1]
