@@ -68,6 +68,18 @@ def declare(app: App, runs: dict[int, int]) -> None:
         raise ValueError(f"no {n}")
 
 
+async def outbox_held(at_hub: App) -> int:
+    """Tasks the hub's outbox for site s1 still holds: each is deleted once the site stored
+    it (at the site's next flow-control answer, within its 1 s heartbeat)."""
+    client = await at_hub.client()
+    outbox = client.names.site_stream("s1", "default")
+    return (await client.connection.streams.state(outbox)).messages
+
+
+async def _emptied(at_hub: App) -> bool:
+    return await outbox_held(at_hub) == 0
+
+
 @pytest.fixture
 async def topology(tmp_path: Path, prefix: str) -> AsyncIterator[Topology]:
     hub = EmbeddedServer(store_dir=tmp_path / "hub", edge=Edge(domain="hub", leaf_port=0)).start()
@@ -95,15 +107,9 @@ async def topology(tmp_path: Path, prefix: str) -> AsyncIterator[Topology]:
     async with running_worker(at_site):
         warm = await at_hub.tasks["add"].options(site="s1").enqueue(-1)
         assert await warm.result(timeout=RETRY_MAX + HANG) == 999
-    # and its task gone from the hub's outbox (deleted at the site's next flow-control
-    # answer, within a second): a test that cuts the link at once finds only its own there
-    hub_client = await at_hub.client()
-    outbox = hub_client.names.site_stream("s1", "default")
-
-    async def delivered() -> bool:
-        return (await hub_client.connection.streams.state(outbox)).messages == 0
-
-    await wait_until(delivered, timeout=HANG)
+    # and its task gone from the hub's outbox: a test that cuts the link at once finds only
+    # its own there
+    await wait_until(lambda: _emptied(at_hub), timeout=HANG)
     runs.clear()
     try:
         yield topology
@@ -133,14 +139,8 @@ async def test_hub_tasks_run_once_at_the_site_and_their_results_come_back(
     twice = [n for n, count in topology.runs.items() if count > 1]
     assert (lost, twice) == ([], [])
     # the hub's outbox for the site empties: each task is deleted once the site stored it
-    # (at the site's next flow-control answer, within its 1 s heartbeat)
+    await wait_until(lambda: _emptied(topology.at_hub), timeout=HANG)
     hub_client = await topology.at_hub.client()
-    outbox = hub_client.names.site_stream("s1", "default")
-
-    async def emptied() -> bool:
-        return (await hub_client.connection.streams.state(outbox)).messages == 0
-
-    await wait_until(emptied, timeout=HANG)
     # the hub's own queue held its own task only, and the site's queue stored the hub's 100
     # and its own one: the same subjects on both sides, kept apart by the leaf's deny lists
     queue = hub_client.names.queue_stream("default")
@@ -162,9 +162,7 @@ async def test_a_cut_link_holds_hub_tasks_and_the_site_runs_its_own(topology: To
         with pytest.raises(TaskFailed):
             await letter.result(timeout=HANG)
         sent = [await hub_add.options(site="s1").enqueue(n) for n in range(300, 340)]
-        hub_client = await topology.at_hub.client()
-        outbox = hub_client.names.site_stream("s1", "default")
-        assert (await hub_client.connection.streams.state(outbox)).messages == 40
+        assert await outbox_held(topology.at_hub) == 40
         # `taskq queues` at the hub shows the site's backlog
         shown = await cli(topology.hub.url, topology.at_hub.settings.prefix, "queues", "--json")
         (default,) = [q for q in json.loads(shown.stdout) if q["queue"] == "default"]
