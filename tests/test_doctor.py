@@ -16,6 +16,7 @@ import pytest
 
 from taskq import App
 from taskq.doctor.checks import judge_skew, storage
+from taskq.doctor.edge import EdgeSeen, SourceSeen, judge_edge
 from taskq.doctor.facts import Facts
 from taskq.doctor.monitor import durability_warning
 from taskq.doctor.transport import judge_transport
@@ -376,6 +377,20 @@ def test_the_version_floor_and_the_later_fix() -> None:
         assert lacking.status == "warn" and "nats-server#8475" in lacking.detail, later
     assert judge_versions({"n1": "2.15.0", "n2": "2.15.1"}).status == "ok"
     assert judge_versions({"n1": "2.15.1", "n2": "2.14.5"}).status == "warn"  # the worst
+
+
+def test_the_edge_check_warns_of_the_reset_race_from_2_15() -> None:
+    """docs/edge.md "Known issue": in contact, 2.14 is ok; 2.15 and later are warned of
+    (no release fixes the race yet); below 2.14 there is no durable sourcing at all."""
+    seen = EdgeSeen("s1", [SourceSeen("Q", "hub", 0.4, None)])
+    assert judge_edge(seen, "2.14.6").status == "ok"
+    for racing in ("2.15.0", "2.15.1", "2.16.0"):
+        found = judge_edge(seen, racing)
+        assert found.status == "warn" and "in contact with hub" in found.detail, racing
+        assert "known issue" in found.detail and "ResultTimeout" in (found.fix or ""), racing
+    assert judge_edge(seen, "2.12.8").status == "fail"
+    cut = EdgeSeen("s1", [SourceSeen("Q", "hub", 30.0, None)])
+    assert judge_edge(cut, "2.15.1").status == "fail"  # no contact outweighs the warning
 
 
 def test_clock_skew_thresholds() -> None:

@@ -24,7 +24,7 @@ from taskq.workers.sites import provision_hub, provision_site
 from tests.conftest import HANG, run_cli, running_worker, wait_until
 from tests.roles import ROOT, credentials, role_env
 from tests.security.test_hostile_roles import Hostile
-from tests.test_edge_sites import RETRY_MAX
+from tests.test_edge_sites import RETRY_MAX, edge_status_in_contact
 
 NATS = ROOT / "deploy" / "nats"
 pytestmark = pytest.mark.timeout(300)
@@ -114,15 +114,16 @@ async def test_the_shipped_roles_send_run_and_read_across_the_leaf(provisioned: 
         # no dead letter has flowed to show it up): asked until it is, as set-up above
         for server, other in ((provisioned.hub, "s1"), (provisioned.site, "hub")):
             edge = await edge_in_contact(server)
-            assert edge["status"] == "ok" and f"in contact with {other}" in edge["detail"], edge
+            assert f"in contact with {other}" in edge["detail"], edge
+            assert edge["status"] == edge_status_in_contact(), edge
     finally:
         await producer.aclose()
         await worker_app.aclose()
 
 
 async def edge_in_contact(server: EmbeddedServer) -> dict[str, str]:
-    """doctor's edge check on `server`, asked once a second until it is ok (2 * HANG at
-    most); the last answer."""
+    """doctor's edge check on `server`, asked once a second until it sees every source in
+    contact (2 * HANG at most); the last answer."""
     seen: dict[str, dict[str, str]] = {}
 
     async def ok() -> bool:
@@ -130,7 +131,7 @@ async def edge_in_contact(server: EmbeddedServer) -> dict[str, str]:
             run_cli, server.url, "taskq", "doctor", "--json", env=role_env("operator")
         )
         (seen["edge"],) = [c for c in json.loads(done.stdout) if c["check"] == "edge"]
-        return seen["edge"]["status"] == "ok"
+        return seen["edge"]["status"] != "fail"
 
     with contextlib.suppress(AssertionError):  # the deadline: the last answer says why
         await wait_until(ok, timeout=2 * HANG, every=1.0)

@@ -18,14 +18,27 @@ import pytest
 
 from taskq import App
 from taskq.dlq.browse import list_dead
+from taskq.doctor.versions import Version, parse_version
 from taskq.errors import ConfigError, ResultTimeout, TaskFailed
 from taskq.ports import lease_port
-from taskq.server import Edge, EmbeddedServer, port_open
+from taskq.server import Edge, EmbeddedServer, find_binary, port_open
 from taskq.timings import Timings
 from tests.conftest import HANG, ROOT, cli, running_worker, wait_until
 from tests.proxy import Proxy
 
 RETRY_MAX = 120.0  # nats-server's longest wait between two tries of a source (seconds)
+
+
+def edge_status_in_contact() -> str:
+    """doctor's edge status with every source in contact, for the nats-server the tests
+    run: `warn` from 2.15.0 (its durable sources' reset race, docs/edge.md "Known issue"),
+    `ok` before. Read from the binary, not from doctor."""
+    said = subprocess.run([find_binary(), "--version"], capture_output=True, text=True)
+    version = parse_version(said.stdout.split()[-1])
+    assert version is not None, said
+    return "warn" if version >= Version(2, 15, 0) else "ok"
+
+
 pytestmark = pytest.mark.timeout(RETRY_MAX + 3 * HANG)
 
 
@@ -295,7 +308,8 @@ async def test_doctor_checks_the_leaf_and_the_versions_at_hub_and_site(topology:
     for server, other in ((topology.hub, "s1"), (topology.site, "hub")):
         done = await cli(server.url, prefix, "doctor", "--json")
         (edge,) = [c for c in json.loads(done.stdout) if c["check"] == "edge"]
-        assert edge["status"] == "ok" and f"in contact with {other}" in edge["detail"], edge
+        assert f"in contact with {other}" in edge["detail"], edge
+        assert edge["status"] == edge_status_in_contact(), edge
     topology.link.cut()
 
     async def silent() -> bool:  # a durable source heartbeats every second
@@ -393,8 +407,10 @@ async def test_two_taskq_server_processes_a_hub_and_its_site(tmp_path: Path, pre
             assert [await h.result(timeout=HANG) for h in local] == [n + 1000 for n in range(10)]
             link.restore()
             # within ~1 s when the servers run alone (docs/edge.md); loaded runs have waited
-            # past HANG, and three failed at 60-180 s for a cause not found yet: the report
-            # below tells which side held the task
+            # past HANG. On nats-server 2.15 a returning link can skip what was in flight
+            # (docs/edge.md, "Known issue": about 1 in 36 restorations under heavy load):
+            # this fails then, and the report below shows which side's consumer acknowledged
+            # what the other never stored
             assert await sent[0].result(timeout=RETRY_MAX + HANG) == 1010
             assert [await h.result(timeout=HANG) for h in sent] == [n + 1000 for n in range(10, 30)]
             for n, handle in enumerate(local):
