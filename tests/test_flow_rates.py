@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -11,8 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from taskq import App, ConfigError
+from taskq.clock import Clock
 from taskq.flowcontrol.options import Rate
-from taskq.flowcontrol.rates import RateWindows, _fits, earliest
+from taskq.flowcontrol.rates import RateWindows, Verdict, _fits, earliest
+from taskq.flowcontrol.start_gate import StartGate
 from tests.apps import flowctl
 from tests.conftest import WorkerProcess, running_worker
 from tests.faults import LOSE_ACK, inject
@@ -123,6 +126,26 @@ async def test_a_rate_window_whose_write_ack_was_lost_spends_one_start(app: App)
         assert LOSE_ACK in [c.fault for c in faults.calls]
         await (await notify.enqueue(2)).result(timeout=30)
     assert ran == [1, 2] and worker.stats["succeeded"] == 2 and worker.stats["held"] == 0
+
+
+async def test_a_long_window_start_tolerates_a_loaded_workers_lag(app: App) -> None:
+    """Under `1/h` a start that slipped gives its reservation back and queues behind the one
+    reserved after it: an hour lost (a fresh-clone run's `1/h` task held for two while the
+    other waited one). So a long window's slack is seconds (2.5 s of lag for `/h`): the
+    first of two tasks whose body comes 1 s late still starts at its reservation."""
+    windows = RateWindows(await app.client(), "notify", "-", Rate.parse("1/h", "notify"))
+    first, second = await windows.admit(None), await windows.admit(None)
+    assert first.start is not None and second.start is None  # the second: an hour on
+    lagging = Clock()
+    lagging.skip_to(first.start + 1.0)  # the body's last check comes 1 s after its start
+
+    async def readmit(ticket: str) -> Verdict:
+        return await windows.admit(None, slipped_from=ticket)
+
+    loop = asyncio.get_running_loop()
+    gate = StartGate(first.start, windows.slack, readmit, loop, "-", lagging, first.ticket)
+    await gate.passed()  # a slip would re-admit it behind the second: StartSlipped
+    assert gate.slipped == 0 and gate.ticket == first.ticket and await windows.in_use() == 1
 
 
 async def test_a_slipped_start_gives_its_reservation_back(app: App) -> None:

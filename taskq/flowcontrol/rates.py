@@ -18,8 +18,9 @@ after its last planned start.
   record (compare-and-set: a ticket runs once, and a forged or spent one is admitted afresh),
   it waits to `s` and runs. A copy that comes past `s` (a busy worker) is admitted afresh:
   a late start never overlaps another's window.
-* Starts are reserved `slack` (10% of the window, 0.1 s at most) further apart than the
-  window asks, so a body may start up to `slack` after its reserved start; the last
+* Starts are reserved `slack` (10% of a short window up to 0.1 s, 1% of a long one up to
+  5 s) further apart than the window asks, so a body may start up to `slack` after its
+  reserved start; the last
   check before the body re-admits one that slipped half of it or more, giving the slipped
   reservation back (the other half is for the moment between that check and the body:
   taskq.flowcontrol.start_gate).
@@ -175,8 +176,12 @@ def slipped(start: float, slack: float, now: float) -> bool:
 
 def slack(period: float) -> float:
     """Seconds further apart than the window asks that starts are reserved under a
-    `period`-long limit: a body may start up to this late and keep every window."""
-    return min(0.1, 0.1 * period)
+    `period`-long limit: a body may start up to this late and keep every window. 10% of
+    a short window (0.1 s at most), 1% of a long one (5 s at most): a start that slips
+    past half of it gives its reservation back and queues behind those reserved after it,
+    which costs a `/h` limit an hour, so long windows tolerate the lag of a loaded worker
+    (2.5 s for `/h`, 0.3 s for `/m`) for at most 1% of their throughput."""
+    return max(min(0.1, 0.1 * period), min(5.0, 0.01 * period))
 
 
 def _reservation(ticket: str) -> tuple[int, str] | None:
