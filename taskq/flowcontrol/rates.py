@@ -20,10 +20,9 @@ after its last planned start.
   a late start never overlaps another's window.
 * Starts are reserved `slack` (10% of a short window up to 0.1 s, 1% of a long one up to
   5 s) further apart than the window asks, so a body may start up to `slack` after its
-  reserved start; the last
-  check before the body re-admits one that slipped half of it or more, giving the slipped
-  reservation back (the other half is for the moment between that check and the body:
-  taskq.flowcontrol.start_gate).
+  reserved start; the last check before the body re-admits one that slipped half of it or
+  more, giving the slipped reservation back (the other half is for the moment between that
+  check and the body: taskq.flowcontrol.start_gate).
 * Reservations reach at most `rate_horizon(W)` ahead and MAX_LOG entries; past that a task
   is held without one, to try again later (each held task is re-published once otherwise).
 """
