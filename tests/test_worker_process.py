@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import signal
 from collections.abc import Callable
@@ -71,10 +72,13 @@ async def test_sigusr1_prints_where_the_worker_waits_and_it_goes_on(
     proc = worker_process("tests.apps.ledger:app")
     await proc.wait_ready()
     proc.signal(signal.SIGUSR1)
-    await wait_until(lambda: "awaiting:" in proc.output(), timeout=20)
+    # then each task's chain of awaits, down to what it waits on: the main task's reaches
+    # the worker's `run`, waiting for its stop (the dump is many writes: wait for that
+    # line itself, not for the first task's, or the read may land mid-dump)
+    main_task = re.compile(r"workers/worker\.py:\d+ in run\n")
+    with contextlib.suppress(AssertionError):  # the assertion below says what came
+        await wait_until(lambda: main_task.search(proc.output()), timeout=20)
     out = proc.output()
     assert "Current thread" in out or "Thread 0x" in out  # every thread's, first
-    # then each task's chain of awaits, down to what it waits on: the main task's reaches
-    # the worker's `run`, waiting for its stop
-    assert re.search(r"workers/worker\.py:\d+ in run\n", out), out
+    assert "awaiting:" in out and main_task.search(out), out
     assert proc.proc.poll() is None  # still running: a dump, not a stop
