@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import pytest
 
 from taskq import App, Timings
-from taskq.server import EmbeddedServer
+from taskq.server import EmbeddedServer, find_binary
 from taskq.workers import Worker
 from tests.cli_runner import run_in_process
 from tests.cluster import DEPLOY, Cluster, shipped_on_loopback
@@ -48,6 +48,12 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 def cli_argv(url: str, prefix: str, *args: str) -> list[str]:
     """The command line `taskq --url URL --prefix PREFIX ARGS...` with this Python."""
     return [sys.executable, "-m", "taskq", "--url", url, "--prefix", prefix, *args]
+
+
+def installed_nats_server() -> str:
+    """The version of the nats-server binary the tests run (`2.15.1`), as it prints it."""
+    said = subprocess.run([find_binary(), "--version"], capture_output=True, text=True, check=True)
+    return said.stdout.split("v")[-1].strip()  # "nats-server: v2.15.1"
 
 
 def run_cli(

@@ -16,6 +16,7 @@ import yaml
 
 from taskq.server import EmbeddedServer, find_binary
 from tests.cluster import DEPLOY, Cluster, shipped_on_loopback
+from tests.conftest import installed_nats_server
 from tests.roles import credentials
 
 CONFIGS = sorted(p for p in DEPLOY.rglob("*.conf") if p.name != "accounts.conf")
@@ -100,8 +101,7 @@ def test_monitoring_listens_on_loopback_only() -> None:
 
 
 def test_images_pin_the_tested_nats_server() -> None:
-    version = subprocess.run([find_binary(), "--version"], capture_output=True, text=True)
-    tag = f"nats:{version.stdout.split('v')[-1].strip()}-alpine"  # nats-server: v2.15.1
+    tag = f"nats:{installed_nats_server()}-alpine"
     compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
     images = [compose["services"][f"nats-{i}"]["image"] for i in (1, 2, 3)]
     statefulset = next(

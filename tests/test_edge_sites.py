@@ -21,25 +21,22 @@ from taskq.dlq.browse import list_dead
 from taskq.doctor.versions import Version, parse_version
 from taskq.errors import ConfigError, ResultTimeout, TaskFailed
 from taskq.ports import lease_port
-from taskq.server import Edge, EmbeddedServer, find_binary, port_open
+from taskq.server import Edge, EmbeddedServer, port_open
 from taskq.timings import Timings
-from tests.conftest import HANG, ROOT, cli, running_worker, wait_until
+from tests.conftest import HANG, ROOT, cli, installed_nats_server, running_worker, wait_until
 from tests.proxy import Proxy
 
 RETRY_MAX = 120.0  # nats-server's longest wait between two tries of a source (seconds)
+pytestmark = pytest.mark.timeout(RETRY_MAX + 3 * HANG)
 
 
 def edge_status_in_contact() -> str:
     """doctor's edge status with every source in contact, for the nats-server the tests
     run: `warn` from 2.15.0 (its durable sources' reset race, docs/edge.md "Known issue"),
     `ok` before. Read from the binary, not from doctor."""
-    said = subprocess.run([find_binary(), "--version"], capture_output=True, text=True)
-    version = parse_version(said.stdout.split()[-1])
-    assert version is not None, said
+    version = parse_version(installed_nats_server())
+    assert version is not None, installed_nats_server()
     return "warn" if version >= Version(2, 15, 0) else "ok"
-
-
-pytestmark = pytest.mark.timeout(RETRY_MAX + 3 * HANG)
 
 
 @dataclass
@@ -356,17 +353,11 @@ def skipped_by_a_source(hub: list[dict[str, Any]], site: list[dict[str, Any]]) -
     found = []
     for origin, target, there in ((hub, site, "site"), (site, hub, "hub")):
         for stream in origin:
-            for consumer in stream["consumers"]:
+            into = [s for s in target if stream["stream"] in {x["name"] for x in s["sources"]}]
+            held = sum(s["last_seq"] for s in into)  # an upper bound of what they sourced
+            for consumer in stream["consumers"] if into else []:
                 acked = (consumer["ack_floor"] or {}).get("stream_seq", 0)
-                into = [
-                    s
-                    for s in target
-                    if any(src["name"] == stream["stream"] for src in s["sources"])
-                ]
-                if not (consumer["push_bound"] and acked and into):
-                    continue
-                held = sum(s["last_seq"] for s in into)  # an upper bound of what it sourced
-                if held < acked:
+                if consumer["push_bound"] and held < acked:
                     found.append(
                         f"{stream['stream']} consumer {consumer['name']} acknowledged {acked}, "
                         f"the {there}'s {into[0]['stream']} stored at most {held}: the nats-server "
