@@ -10,7 +10,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any, get_type_hints
 
-from pydantic import ConfigDict, ValidationError, create_model
+from pydantic import ConfigDict, TypeAdapter, ValidationError, create_model
 from pydantic_core import PydanticSerializationError
 
 from taskq.errors import ArgumentsError
@@ -21,6 +21,8 @@ _MODEL_CONFIG = ConfigDict(
     arbitrary_types_allowed=True, populate_by_name=False, ser_json_inf_nan="constants"
 )
 _JSON_SCALARS = (int, float, str, bool)
+KEYWORD_ONLY = inspect.Parameter.KEYWORD_ONLY
+SHAPES_KEPT = 8  # bulk enqueue validators kept per task, one per shape of call
 
 
 class _Defaults:
@@ -47,8 +49,9 @@ class ArgsValidator:
         self.signature = signature.replace(parameters=params)
         fields: dict[str, Any] = {}
         self._alias: dict[str, str] = {}
+        self._hints: dict[str, Any] = {}  # as annotated (Annotated constraints kept)
         for i, param in enumerate(params):
-            annotation = hints.get(param.name, Any)
+            annotation = self._hints[param.name] = hints.get(param.name, Any)
             key = f"p{i}"
             self._alias[param.name] = key
             if param.kind is inspect.Parameter.VAR_POSITIONAL:
@@ -63,10 +66,7 @@ class ArgsValidator:
         kinds = {p.kind for p in params}
         # "simple" signatures (no */**, no positional-only) bind without inspect, and every
         # parameter can be passed by keyword: the hot path of enqueue and of the worker
-        self._simple = kinds <= {
-            inspect.Parameter.POSITIONAL_OR_KEYWORD,
-            inspect.Parameter.KEYWORD_ONLY,
-        }
+        self._simple = kinds <= {inspect.Parameter.POSITIONAL_OR_KEYWORD, KEYWORD_ONLY}
         self._positional = [
             p.name for p in params if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
         ]
@@ -75,6 +75,7 @@ class ArgsValidator:
         self._json_native = all(
             hints.get(p.name, Any) in _JSON_SCALARS and p.default in _JSON_DEFAULTS for p in params
         )
+        self._shapes: dict[tuple[str, ...], TypeAdapter[list[Any]]] = {}  # by bulk enqueues
 
     def _dumped(self, model: Any) -> dict[str, Any]:
         try:
@@ -157,3 +158,37 @@ class ArgsValidator:
         for name in given:
             bound.arguments[name] = dumped[self._alias[name]]
         return list(bound.args), dict(bound.kwargs)
+
+    def for_wire_many(
+        self, calls: list[tuple[list[Any], dict[str, Any]]]
+    ) -> list[tuple[list[Any], dict[str, Any]]]:
+        """`for_wire` for a bulk enqueue's calls. Calls of one shape (a simple signature, the
+        same number of positional arguments and the same keywords in each) are bound once
+        and validated in one pass of pydantic-core, as tuples of values (no model built per
+        call); any other batch, or one a value fails in, goes call by call, so an error is
+        the one `for_wire` raises for it."""
+        shapes = {(len(args), tuple(kwargs)) for args, kwargs in calls}
+        if not self._simple or len(shapes) != 1:
+            return [self.for_wire(args, kwargs) for args, kwargs in calls]
+        names = tuple(self._fast_bind(*calls[0]))  # the shape's errors, raised for all
+        rows = self._rows(names)
+        try:
+            values = rows.validate_python([(*args, *kwargs.values()) for args, kwargs in calls])
+            if not self._json_native:
+                values = rows.dump_python(values, mode="json")
+        except (ValidationError, PydanticSerializationError):
+            return [self.for_wire(args, kwargs) for args, kwargs in calls]
+        split = min(len(calls[0][0]), len(names))
+        keys = names[split:]
+        return [(list(row[:split]), dict(zip(keys, row[split:], strict=True))) for row in values]
+
+    def _rows(self, names: tuple[str, ...]) -> TypeAdapter[list[Any]]:
+        """The validator of calls that give `names`, each a tuple of their values; a few
+        shapes kept per task."""
+        rows = self._shapes.get(names)
+        if rows is None:
+            if len(self._shapes) >= SHAPES_KEPT:
+                self._shapes.clear()
+            row = tuple.__class_getitem__(tuple(self._hints[name] for name in names))
+            rows = self._shapes[names] = TypeAdapter(list[row], config=_MODEL_CONFIG)  # type: ignore[valid-type]
+        return rows

@@ -12,17 +12,79 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from taskq.client import Client, Published
 from taskq.errors import TaskqError
-from taskq.ids import safe_id
+from taskq.ids import new_ids, safe_id
+from taskq.middleware import Chain
 from taskq.nats import PubAck
 from taskq.records.envelope import MSG_ID, TASK_HEADER, Envelope
 from taskq.retrying import retry_transient
 
 WINDOW = 2048  # acks outstanding at once: bounds memory and the server's pending replies
 BATCH = 1000  # messages per atomic batch: nats-server's default ceiling (limits.batch.max_msgs)
+
+
+def from_template(
+    template: Envelope, wired: list[tuple[list[Any], dict[str, Any]]]
+) -> list[Envelope]:
+    """A bulk enqueue's envelopes: `template` (the call's task, stamps and meta) with an id
+    and validated arguments each, without a dataclass `__init__` per message; each with
+    its own `meta` and `headers`, which enqueue middleware may change in place."""
+    fields, meta = template.__dict__, template.meta
+    envelopes = []
+    for task_id, (args, kwargs) in zip(new_ids(len(wired)), wired, strict=True):
+        envelope = object.__new__(Envelope)
+        envelope.__dict__.update(
+            fields, id=task_id, args=args, kwargs=kwargs, meta=dict(meta), headers={}
+        )
+        envelopes.append(envelope)
+    return envelopes
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where a bulk enqueue's messages go: their queue, the task's lane or priority level,
+    and the key that picks their partition (None: spread round robin)."""
+
+    queue: str
+    lane: bool
+    level: int
+    partition_key: str | None = None
+
+
+async def enqueue_all(
+    client: Client, middleware: Chain, envelopes: list[Envelope], where: Where
+) -> list[Published] | None:
+    """Place the envelopes (spread over the queue's partitions), run each through the
+    enqueue middleware, then publish them all: what was stored, in order; None, publishing
+    nothing, when a middleware did not call `call_next` exactly once."""
+    queue = where.queue
+    parts = await client.spread(queue, len(envelopes), where.partition_key)
+    placed = [
+        client.placed(envelope, queue, part, where.lane, where.level)
+        for part, envelope in zip(parts, envelopes, strict=True)
+    ]
+    staged = await through_middleware(middleware, placed)
+    if staged is None:
+        return None
+    streams = [client.names.queue_stream(queue, part) for part in parts]
+    return await publish_many(client, staged, streams)
+
+
+async def through_middleware(middleware: Chain, placed: list[Envelope]) -> list[Envelope] | None:
+    """Each placed envelope run through the enqueue middleware, in order: what they send
+    on, or None when one did not call `call_next` exactly once."""
+    staged: list[Envelope] = []
+
+    async def stage(final: Envelope) -> None:
+        staged.append(final)
+
+    for envelope in placed:
+        await middleware.enqueue(envelope, stage)
+    return staged if len(staged) == len(placed) else None
 
 
 def split(item: Any) -> tuple[list[Any], dict[str, Any]]:

@@ -25,6 +25,19 @@ def new_id() -> str:
     return "".join([_PAIRS[(value >> shift) & 1023] for shift in _SHIFTS])
 
 
+def new_ids(count: int) -> list[str]:
+    """`count` new ULIDs of one millisecond (a bulk enqueue's): the time's ten characters
+    encoded once, the random part's sixteen for each."""
+    stamp = (time.time_ns() // 1_000_000) << 80
+    head = "".join([_PAIRS[(stamp >> shift) & 1023] for shift in _SHIFTS[:5]])
+    tail = _SHIFTS[5:]  # the 80 random bits, two characters per 10 bits
+    ids = []
+    for _ in range(count):
+        bits = _bits(80)
+        ids.append(head + "".join([_PAIRS[(bits >> shift) & 1023] for shift in tail]))
+    return ids
+
+
 # What an id may be, as it is, wherever ids go: subjects (whole tokens, no wildcard, no
 # white space), header values (no CR/LF), KV keys and object names (nats-py's key
 # alphabet). Anything else, and anything long, is replaced by its digest. Plain ids never

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from taskq.bulk import publish_many
+from taskq.bulk import from_template, publish_many, through_middleware
 from taskq.errors import ConfigError, TaskqError
 from taskq.handle import TaskHandle
 from taskq.records.envelope import Envelope
@@ -47,15 +47,9 @@ async def _staged(
     """The envelopes addressed to the site's outbox, through the enqueue middleware."""
     app = call.task.app
     names = (await app.client()).names
-    staged: list[Envelope] = []
-
-    async def stage(final: Envelope) -> None:
-        staged.append(final)
-
-    for envelope in envelopes:
-        subject = names.site_subject(site, queue, envelope.task)
-        await app.middleware.enqueue(envelope.addressed(queue, subject), stage)
-    if len(staged) != len(envelopes):
+    addressed = [e.addressed(queue, names.site_subject(site, queue, e.task)) for e in envelopes]
+    staged = await through_middleware(app.middleware, addressed)
+    if staged is None:
         raise TaskqError(f"an enqueue middleware dropped a call of {call.task.name}: not sent")
     return staged
 
@@ -74,7 +68,8 @@ async def enqueue_many(
 ) -> list[TaskHandle]:
     """Send many calls to their site, pipelined (atomic batches where the stream allows)."""
     site, queue = _checked(call)
-    envelopes = [call.task.build_envelope(args, kwargs, call.opts) for args, kwargs in items]
+    task = call.task
+    envelopes = from_template(task.stamp(call.opts), task.validator.for_wire_many(list(items)))
     staged = await _staged(call, envelopes, site, queue)
     app = call.task.app
     client = await app.client()

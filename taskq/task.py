@@ -16,7 +16,7 @@ from typing import Any, Generic, NoReturn, ParamSpec, Protocol, TypeVar
 from taskq import sites
 from taskq.arguments import ArgsValidator
 from taskq.batching import Batching
-from taskq.bulk import publish_many, split
+from taskq.bulk import Where, enqueue_all, from_template, split
 from taskq.client import ClientSource, Published
 from taskq.clock import Clock
 from taskq.errors import ConfigError, TaskqError
@@ -219,14 +219,22 @@ class Task(Generic[P, R]):
     def build_envelope(self, args: Any, kwargs: dict[str, Any], opts: CallOptions) -> Envelope:
         """Validate arguments and build the message; raises ArgumentsError, publishes nothing."""
         wire_args, wire_kwargs = self.validator.for_wire(args, kwargs)
+        return self.stamp(opts, opts.key or new_id(), wire_args, wire_kwargs)
+
+    def stamp(
+        self, opts: CallOptions, task_id: str = "", args: Any = (), kwargs: Any = None
+    ) -> Envelope:
+        """The message of a call with `opts`, stamped now; without an id and arguments, a
+        bulk enqueue's template (`taskq.bulk.from_template` gives each message its own)."""
+        clock = self.app.clock
         return Envelope(
-            id=opts.key or new_id(),
+            id=task_id,
             task=self.name,
-            args=wire_args,
-            kwargs=wire_kwargs,
+            args=list(args),
+            kwargs=kwargs or {},
             enqueued_at=now_iso(),
-            expires_at=_expires_at(opts.expires, self.app.clock),
-            eta=_eta(opts.countdown, opts.eta, self.app.clock),
+            expires_at=_expires_at(opts.expires, clock),
+            eta=_eta(opts.countdown, opts.eta, clock),
             meta=dict(opts.meta),
         )
 
@@ -328,24 +336,16 @@ class TaskCall:
             raise ConfigError("enqueue_many takes no key, unique_for, debounce or throttle")
         if self.opts.site is not None:
             return await sites.enqueue_many(self, [split(item) for item in items])
-        task, app = self.task, self.task.app
-        envelopes = [task.build_envelope(*split(item), self.opts) for item in items]
-        queue = check_queue(self.opts.queue or task.queue)
-        client = await app.client()
-        parts = await client.spread(queue, len(envelopes), self.opts.partition_key)
-        level = task.level(self.opts.priority)
-        staged: list[Envelope] = []
-
-        async def stage(final: Envelope) -> None:
-            staged.append(final)
-
-        for part, envelope in zip(parts, envelopes, strict=True):
-            placed = client.placed(envelope, queue, part, task.lane, level)
-            await app.middleware.enqueue(placed, stage)
-        if len(staged) != len(envelopes):
+        task, opts, app = self.task, self.opts, self.task.app
+        calls = [split(item) for item in items]
+        # one template: validated in one pass, stamped once, an id each (taskq.bulk)
+        envelopes = from_template(task.stamp(opts), task.validator.for_wire_many(calls))
+        queue = check_queue(opts.queue or task.queue)
+        where = Where(queue, task.lane, task.level(opts.priority), opts.partition_key)
+        sent = await enqueue_all(await app.client(), app.middleware, envelopes, where)
+        if sent is None:
             raise _dropped(task.name)
-        streams = [client.names.queue_stream(queue, part) for part in parts]
-        return [TaskHandle.of(p, app) for p in await publish_many(client, staged, streams)]
+        return [TaskHandle.of(p, app) for p in sent]
 
 
 @dataclass(frozen=True)
