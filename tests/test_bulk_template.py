@@ -5,11 +5,12 @@ its own, which enqueue middleware may change in place."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any
 
 import pytest
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from taskq import App, Middleware
 from taskq.arguments import ArgsValidator
@@ -27,6 +28,20 @@ def rich(when: datetime, ratio: float, count: Annotated[int, Field(gt=0)] = 1) -
 def bare() -> None: ...
 
 
+class Order(BaseModel):
+    id: int
+    qty: float = 1.0
+
+
+@dataclass
+class Point:
+    x: int
+    y: int
+
+
+def shaped(order: Order, at: Point, extra: Any = None) -> None: ...
+
+
 BATCHES: list[tuple[Any, list[tuple[list[Any], dict[str, Any]]]]] = [
     (plain, [([i], {}) for i in range(5)]),
     (plain, [([i, "n"], {"flag": True}) for i in range(5)]),
@@ -36,6 +51,7 @@ BATCHES: list[tuple[Any, list[tuple[list[Any], dict[str, Any]]]]] = [
     (rich, [(["2026-01-01T00:00:00Z", 1], {"count": 3}) for _ in range(3)]),
     (rich, [(["2026-01-01T00:00:00Z", float("nan")], {})]),  # refused later, by the encoder
     (bare, [([], {}), ([], {})]),
+    (shaped, [([{"id": i}, {"x": 1, "y": 2}], {"extra": [i, {"z": 2}]}) for i in range(3)]),
 ]
 
 
