@@ -21,6 +21,7 @@ _MODEL_CONFIG = ConfigDict(
     arbitrary_types_allowed=True, populate_by_name=False, ser_json_inf_nan="constants"
 )
 _JSON_SCALARS = (int, float, str, bool)
+POSITIONAL_OR_KEYWORD = inspect.Parameter.POSITIONAL_OR_KEYWORD
 KEYWORD_ONLY = inspect.Parameter.KEYWORD_ONLY
 SHAPES_KEPT = 8  # bulk enqueue validators kept per task, one per shape of call
 
@@ -66,10 +67,8 @@ class ArgsValidator:
         kinds = {p.kind for p in params}
         # "simple" signatures (no */**, no positional-only) bind without inspect, and every
         # parameter can be passed by keyword: the hot path of enqueue and of the worker
-        self._simple = kinds <= {inspect.Parameter.POSITIONAL_OR_KEYWORD, KEYWORD_ONLY}
-        self._positional = [
-            p.name for p in params if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
-        ]
+        self._simple = kinds <= {POSITIONAL_OR_KEYWORD, KEYWORD_ONLY}
+        self._positional = [p.name for p in params if p.kind is POSITIONAL_OR_KEYWORD]
         self._required = [p.name for p in params if p.default is inspect.Parameter.empty]
         # parameters whose validated values are already JSON: no serializing pass needed
         self._json_native = all(

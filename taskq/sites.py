@@ -69,9 +69,10 @@ async def enqueue_many(
     """Send many calls to their site, pipelined (atomic batches where the stream allows)."""
     site, queue = _checked(call)
     task = call.task
-    envelopes = from_template(task.stamp(call.opts), task.validator.for_wire_many(list(items)))
+    template = task.stamp(call.opts, "", [], {})
+    envelopes = from_template(template, task.validator.for_wire_many(list(items)))
     staged = await _staged(call, envelopes, site, queue)
-    app = call.task.app
+    app = task.app
     client = await app.client()
     stream = client.names.site_stream(site, queue)
     sent = await publish_many(client, staged, [stream] * len(staged))

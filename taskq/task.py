@@ -222,16 +222,16 @@ class Task(Generic[P, R]):
         return self.stamp(opts, opts.key or new_id(), wire_args, wire_kwargs)
 
     def stamp(
-        self, opts: CallOptions, task_id: str = "", args: Any = (), kwargs: Any = None
+        self, opts: CallOptions, task_id: str, args: list[Any], kwargs: dict[str, Any]
     ) -> Envelope:
-        """The message of a call with `opts`, stamped now; without an id and arguments, a
+        """The message of a call with `opts`, stamped now; with no id and no arguments, a
         bulk enqueue's template (`taskq.bulk.from_template` gives each message its own)."""
         clock = self.app.clock
         return Envelope(
             id=task_id,
             task=self.name,
-            args=list(args),
-            kwargs=kwargs or {},
+            args=args,
+            kwargs=kwargs,
             enqueued_at=now_iso(),
             expires_at=_expires_at(opts.expires, clock),
             eta=_eta(opts.countdown, opts.eta, clock),
@@ -334,12 +334,12 @@ class TaskCall:
         enqueue middleware, then publish them all pipelined; handles come back in order."""
         if self.opts.key is not None or self.opts.gate.active:
             raise ConfigError("enqueue_many takes no key, unique_for, debounce or throttle")
-        if self.opts.site is not None:
-            return await sites.enqueue_many(self, [split(item) for item in items])
-        task, opts, app = self.task, self.opts, self.task.app
         calls = [split(item) for item in items]
+        if self.opts.site is not None:
+            return await sites.enqueue_many(self, calls)
+        task, opts, app = self.task, self.opts, self.task.app
         # one template: validated in one pass, stamped once, an id each (taskq.bulk)
-        envelopes = from_template(task.stamp(opts), task.validator.for_wire_many(calls))
+        envelopes = from_template(task.stamp(opts, "", [], {}), task.validator.for_wire_many(calls))
         queue = check_queue(opts.queue or task.queue)
         where = Where(queue, task.lane, task.level(opts.priority), opts.partition_key)
         sent = await enqueue_all(await app.client(), app.middleware, envelopes, where)
