@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 import re
+import time
 from collections import Counter
 from collections.abc import AsyncIterator
 
@@ -188,6 +189,38 @@ async def test_a_record_whose_ack_is_lost_is_written_again_and_the_task_runs_onc
         1,
     )
     assert await queued(client, app) == 0
+
+
+async def test_a_copy_sent_while_the_event_loop_stalled_is_settled_not_run(app: App) -> None:
+    """Given bodies that stall the worker's event loop past their ack_wait (no lease beat
+    goes out: a starved loop on an overloaded machine), the server sends each message again
+    before it has the worker's settle, and the copy arrives after the settle. Then the copy
+    is settled as its message ended (acked, or TERMed for a dead letter), never run."""
+    ran: Counter[str] = Counter()
+
+    @app.task(ack_wait=0.3)
+    async def stall(n: int) -> int:
+        ran[f"ok{n}"] += 1
+        time.sleep(0.8)  # blocks the loop on purpose
+        return n
+
+    @app.task(ack_wait=0.3, max_retries=0)
+    async def stall_and_fail(n: int) -> int:
+        ran[f"bad{n}"] += 1
+        time.sleep(0.8)
+        raise ValueError(f"bad {n}")
+
+    async with running_worker(app, concurrency=1) as worker:
+        good = [await stall.enqueue(n) for n in range(2)]
+        bad = await stall_and_fail.enqueue(9)
+        assert [await h.result(timeout=20) for h in good] == [0, 1]
+        await wait_until(lambda: worker.stats["dead"] == 1)
+        # the copies the stalls let the server send have arrived and been settled
+        await wait_until(lambda: worker.stats["redelivered_here"] >= 3)
+    assert ran == Counter({"ok0": 1, "ok1": 1, "bad9": 1})
+    assert (worker.stats["succeeded"], worker.stats["dead"]) == (2, 1)
+    assert [d.message.id for d in await list_dead(app)] == [bad.id]
+    assert await queued(await app.client(), app) == 0
 
 
 async def test_a_settle_slower_than_the_lease_keeps_it_and_runs_the_task_once(app: App) -> None:

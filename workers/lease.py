@@ -6,13 +6,20 @@ short task costs a dict insert and delete, not a timer task of its own. A lease 
 while the delivery is judged: its waits in the worker (bounded: an eta or reserved start
 due within `timings.in_worker_wait`) and its attempt, which the task's `timeout` bounds, so
 a stuck task's lease is not extended forever.
+
+A lease's end is remembered too: if beats came late (an event loop stalled past ack_wait),
+the server may have sent the message again before it had the worker's ack, and that copy
+can arrive after the settle. The worker then settles the copy the way the message ended
+instead of running it again (`ended_as`, `settle_copy`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -24,6 +31,7 @@ from taskq.workers.ticker import Ticker
 log = logging.getLogger("taskq.worker")
 
 MAX_TICK = 0.25  # seconds between checks, at most
+ENDED = 4096  # deliveries settled for good, remembered for a late copy (~0.5 MB at most)
 
 
 @dataclass(slots=True)
@@ -39,6 +47,9 @@ class Leases:
     def __init__(self) -> None:
         self._held: dict[Delivery, _Lease] = {}
         self._ticker = Ticker("lease extension", self._tick, self._period, lambda: bool(self._held))
+        # (stream, seq) of the latest deliveries settled for good -> (TERMed, stamp)
+        self._ended: OrderedDict[tuple[str, int], tuple[bool, str]] = OrderedDict()
+        self._copies: set[asyncio.Task[None]] = set()
 
     def hold(self, delivery: Delivery, ack_wait: float, queue: str) -> None:
         """Extend `delivery`'s lease every ack_wait/3 until `release` (a pair of calls, not
@@ -50,6 +61,33 @@ class Leases:
 
     def release(self, delivery: Delivery) -> None:
         self._held.pop(delivery, None)
+
+    def ended(self, delivery: Delivery, termed: bool) -> None:
+        """Note `delivery` settled for good: acked, or TERMed when `termed` (not a NAK:
+        the server sends a NAKed message again, and that copy is a retry to run)."""
+        self._ended[(delivery.stream, delivery.seq)] = (termed, delivery.stamp)
+        if len(self._ended) > ENDED:
+            self._ended.popitem(last=False)
+
+    def ended_as(self, copy: Delivery) -> bool | None:
+        """How the message `copy` was sent again for ended here (True: TERMed), or None:
+        not a copy (a first delivery, or a message that only shares the sequence number)."""
+        if copy.num_delivered < 2:
+            return None
+        ended = self._ended.get((copy.stream, copy.seq))
+        return ended[0] if ended is not None and ended[1] == copy.stamp else None
+
+    def settle_copy(self, copy: Delivery, termed: bool) -> None:
+        """Settle a late copy of a message that ended here the same way, in the background
+        (the first settle may not have reached the server: this one then counts)."""
+
+        async def settle() -> None:
+            with contextlib.suppress(TaskqError):
+                await (copy.term("settled by an earlier delivery") if termed else copy.ack())
+
+        task = asyncio.get_running_loop().create_task(settle())
+        self._copies.add(task)
+        task.add_done_callback(self._copies.discard)
 
     @contextlib.contextmanager
     def held(self, delivery: Delivery, ack_wait: float, queue: str) -> Iterator[None]:
@@ -83,3 +121,4 @@ class Leases:
 
     async def close(self) -> None:
         await self._ticker.close()
+        await asyncio.gather(*self._copies, return_exceptions=True)

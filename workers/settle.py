@@ -277,6 +277,7 @@ class Settler:
             self._history[(job.queue, task, kind)].append(job.ran)
         if not isinstance(decision, Nak):  # its task has its end: `taskq queues`' DONE/s
             self.stats[f"{SETTLED_IN}{job.queue}"] += 1
+            self._leases.ended(job.delivery, isinstance(decision, Dead))
         if log.isEnabledFor(logging.INFO if isinstance(decision, Ack) else logging.WARNING):
             log_settled(job, decision, outcome)
         if self._middleware.settles_observed:
@@ -288,6 +289,7 @@ class Settler:
         if not hold.done:  # counted as a copy when it re-enters its queue (timers, admission)
             await self._admission.hold(job, hold)
         await job.delivery.ack()
+        self._leases.ended(job.delivery, False)
         self.stats["held"] += 1
         await self._admission.after_hold(job)
         log.debug("held %s by %s", _tid(job), hold.limit)

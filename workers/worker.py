@@ -256,11 +256,17 @@ class Worker:
 
     def _start(self, setup: QueueSetup, delivery: Delivery) -> None:
         # Fetched while stopping too, it runs (handing it back costs an attempt). A redelivery
-        # of one still handled here (a late lease beat) is not run twice: that one settles.
+        # of one still handled here (a late lease beat) is not run twice: that one settles;
+        # nor of one that has just ended here: the copy is settled as the message ended.
         key = (delivery.stream, delivery.seq)
         assert self._parts is not None
         if key in self._running or key in self._parts.settler.settling:
             self.stats["redelivered_here"] += 1
+            return self._slots.unused(1)
+        termed = self._leases.ended_as(delivery)
+        if termed is not None:  # sent again before the server had this worker's settle
+            self.stats["redelivered_here"] += 1
+            self._leases.settle_copy(delivery, termed)
             return self._slots.unused(1)
         state = Job(setup, delivery, setup.queue, delivery.num_delivered)
         job = self._running[key] = state.handler = asyncio.create_task(self._handle(state))

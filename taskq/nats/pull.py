@@ -113,6 +113,14 @@ class Delivery:
         return self._msg.reply
 
     @property
+    def stamp(self) -> str:
+        """The ack subject's time stamp token (ADR-15: when the server stored the message):
+        a copy sent again carries its original's, a message that reuses a sequence number
+        (its stream made again) another; "" when the subject has none."""
+        tokens = (self._msg.reply or "").split(".")
+        return tokens[7] if len(tokens) == 9 else tokens[9] if len(tokens) >= 12 else ""
+
+    @property
     def pending(self) -> int:
         """Messages still pending for this consumer after this one (from the ack subject)."""
         return self._pending
