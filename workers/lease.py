@@ -31,7 +31,7 @@ from taskq.workers.ticker import Ticker
 log = logging.getLogger("taskq.worker")
 
 MAX_TICK = 0.25  # seconds between checks, at most
-ENDED = 4096  # deliveries settled for good, remembered for a late copy (~0.5 MB at most)
+ENDED = 4096  # deliveries settled for good, remembered for a late copy (~1.2 MB at most)
 
 
 @dataclass(slots=True)

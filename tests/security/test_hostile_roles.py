@@ -343,12 +343,21 @@ async def test_the_exporter_runs_as_the_worker_role_the_manifest_gives_it(
     scrape reads (every queue's figures, runnable among them, and the relays' reports)
     is readable by that role."""
     from taskq.operate.queue_stats import snapshot
-    from taskq.records.relays import list_relays
+    from taskq.records.relays import RelayReport, list_relays, write_report
 
     exporter = role(secure_server, "worker")
     try:
         (default,) = [s for s in await snapshot(exporter, None, 0) if s.queue == "default"]
         assert (default.waiting, default.runnable) == (3, 3)
-        assert await list_relays(exporter) == []
+        # a relay's report (relays run as the worker role too); the shared server's prefix
+        # may hold other tests' reports, so what the exporter reads is compared with what
+        # the operator reads
+        report = RelayReport(
+            relay="probe", database="sqlite://", backlog=2, oldest_age=1.5, published=7,
+            dead=0, reported_at="2026-11-30T00:00:00Z",
+        )  # fmt: skip
+        await write_report(await exporter.client(), report)
+        read = await list_relays(exporter)
+        assert report in read and read == await list_relays(waiting)
     finally:
         await exporter.aclose()
