@@ -13,7 +13,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 
-from taskq.errors import BrokerError, NotFound, TaskqError
+from taskq.errors import BrokerError, NotFound, TaskqError, TransientError
 from taskq.nats.codec import BodyCodec
 from taskq.nats.errors import (
     MESSAGE_NOT_FOUND,
@@ -22,7 +22,7 @@ from taskq.nats.errors import (
     Guard,
     reply_error,
 )
-from taskq.nats.pull import Puller
+from taskq.nats.pull import Delivery, Puller
 from taskq.nats.raw import request as api_request
 from taskq.nats.streams import rfc3339
 from taskq.nats.types import StoredMessage
@@ -122,15 +122,16 @@ class Messages:
             return
         puller = await Puller(self._nc, self._guard, self._wire, stream, name, self._codec).open()
         try:
+            # the first pull may meet a consumer just made on a cluster before its leader is
+            # elected (503): retried, as it read nothing
+            got = await patiently(lambda: _pulled(puller, batch))
             while True:
-                got = 0
-                async for delivery in puller.stream(batch, 2.0):
-                    got += 1
+                for delivery in got:
                     yield delivery.stored()
-                    if delivery.pending == 0:
-                        return
-                if got == 0:  # nothing within the expiry: the stream changed under us
+                # none within the expiry (the stream changed under us), or the last one
+                if not got or got[-1].pending == 0:
                     return
+                got = await _pulled(puller, batch)
         finally:
             await puller.close()
             await self._drop_consumer(stream, name)
@@ -341,3 +342,19 @@ def _stamp(text: str) -> datetime | None:
 
 REPLY_GAP = 10.0  # seconds a batched direct get may go quiet before it is given up
 _KEPT = ("Nats-Msg-Id", "Nats-Schedule", "Nats-Schedule-Target", "Nats-TTL")
+
+
+async def _pulled(puller: Puller, batch: int) -> list[Delivery]:
+    """One pull of up to `batch` messages, ending at the last one pending. A TransientError
+    with nothing received is raised (the pull may be retried); with some received, they are
+    returned: the consumer takes no acks, so a second pull would not see them again."""
+    got: list[Delivery] = []
+    try:
+        async for delivery in puller.stream(batch, 2.0):
+            got.append(delivery)
+            if delivery.pending == 0:
+                break
+    except TransientError:
+        if not got:
+            raise
+    return got
