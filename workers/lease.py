@@ -31,7 +31,7 @@ from taskq.workers.ticker import Ticker
 log = logging.getLogger("taskq.worker")
 
 MAX_TICK = 0.25  # seconds between checks, at most
-ENDED = 4096  # deliveries settled for good, remembered for a late copy (~1.2 MB at most)
+ENDED = 4096  # deliveries settled for good, remembered for a late copy (~1.5 MB at most)
 
 
 @dataclass(slots=True)
@@ -47,7 +47,8 @@ class Leases:
     def __init__(self) -> None:
         self._held: dict[Delivery, _Lease] = {}
         self._ticker = Ticker("lease extension", self._tick, self._period, lambda: bool(self._held))
-        # (stream, seq) of the latest deliveries settled for good -> (TERMed, stamp)
+        # (stream, seq) of the latest deliveries settled for good -> (TERMed, ack subject):
+        # the subject is kept as received and read only when a copy comes (not per task)
         self._ended: OrderedDict[tuple[str, int], tuple[bool, str]] = OrderedDict()
         self._copies: set[asyncio.Task[None]] = set()
 
@@ -65,17 +66,17 @@ class Leases:
     def ended(self, delivery: Delivery, termed: bool) -> None:
         """Note `delivery` settled for good: acked, or TERMed when `termed` (not a NAK:
         the server sends a NAKed message again, and that copy is a retry to run)."""
-        self._ended[(delivery.stream, delivery.seq)] = (termed, delivery.stamp)
+        self._ended[(delivery.stream, delivery.seq)] = (termed, delivery.ack_subject)
         if len(self._ended) > ENDED:
             self._ended.popitem(last=False)
 
     def ended_as(self, copy: Delivery) -> bool | None:
         """How the message `copy` was sent again for ended here (True: TERMed), or None:
         not a copy (a first delivery, or a message that only shares the sequence number)."""
-        if copy.num_delivered < 2:
+        if copy.num_delivered < 2:  # every first delivery: no lookup
             return None
         ended = self._ended.get((copy.stream, copy.seq))
-        return ended[0] if ended is not None and ended[1] == copy.stamp else None
+        return ended[0] if ended is not None and copy.same_message(ended[1]) else None
 
     def settle_copy(self, copy: Delivery, termed: bool) -> None:
         """Settle a late copy of a message that ended here the same way, in the background

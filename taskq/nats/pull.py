@@ -112,13 +112,11 @@ class Delivery:
         """Where this delivery is settled: the server's `$JS.ACK...` reply subject."""
         return self._msg.reply
 
-    @property
-    def stamp(self) -> str:
-        """The ack subject's time stamp token (ADR-15: when the server stored the message):
-        a copy sent again carries its original's, a message that reuses a sequence number
-        (its stream made again) another; "" when the subject has none."""
-        tokens = (self._msg.reply or "").split(".")
-        return tokens[7] if len(tokens) == 9 else tokens[9] if len(tokens) >= 12 else ""
+    def same_message(self, ack_subject: str) -> bool:
+        """Whether another delivery of this stream sequence, settled at `ack_subject`, was
+        of this very message: the same stored time stamp (a message that reuses the number,
+        its stream made again, has another). Parsed only when a copy is suspected."""
+        return _stamp(self.ack_subject) == _stamp(ack_subject)
 
     @property
     def pending(self) -> int:
@@ -264,6 +262,13 @@ def _ack_subject(msg: Msg) -> tuple[str, int, int, int]:
         return tokens[4], int(tokens[6]), int(tokens[7]), int(tokens[10])
     meta = msg.metadata  # anything else: nats-py says what it is, or why not
     return meta.stream, meta.num_delivered, meta.sequence.stream, int(meta.num_pending or 0)
+
+
+def _stamp(ack_subject: str) -> str:
+    """An ack subject's time stamp token (ADR-15, as `_ack_subject` reads the rest: when the
+    server stored the message); "" when there is none."""
+    tokens = ack_subject.split(".")
+    return tokens[7] if len(tokens) == 9 else tokens[9] if len(tokens) >= 12 else ""
 
 
 def _stored_at(msg: Msg) -> datetime | None:
