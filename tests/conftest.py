@@ -27,12 +27,18 @@ from taskq.workers import Worker
 from tests.cli_runner import run_in_process
 from tests.cluster import DEPLOY, Cluster, shipped_on_loopback
 from tests.scheduling import heavy_first, scheduler
+from tests.warm_caches import warm_caches
 
 ROOT = Path(__file__).resolve().parent.parent
 # seconds after which a call that must return (an answer, a refusal) is taken to hang: a
 # deadline that only catches a hang, never a slow machine (speed is measured in bench/)
 HANG = 60.0
 T = TypeVar("T")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """On a fresh clone, bytecode written once before the test processes start."""
+    warm_caches(config)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
