@@ -30,13 +30,18 @@ def modules() -> dict[str, Path]:
     return found
 
 
+@functools.cache  # several layout and budget tests walk every module: parsed once
+def tree(path: Path) -> ast.Module:
+    """The module's syntax tree (shared: callers only read it)."""
+    return ast.parse(path.read_text(), str(path))
+
+
 def imported_names(path: Path, module: str) -> Iterator[tuple[str, int]]:
     """(fully qualified name, line) for every import in the file; `from a import b` yields
     `a.b` when that is a module of ours, else `a` (b is then a name inside a)."""
     known = modules()
-    tree = ast.parse(path.read_text(), str(path))
     is_package = path.name == "__init__.py"
-    for node in ast.walk(tree):
+    for node in ast.walk(tree(path)):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield alias.name, node.lineno

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.architecture.modules import PACKAGES, ROOT, modules
+from tests.architecture.modules import PACKAGES, ROOT, modules, tree
 
 BIN = Path(sys.executable).parent
 MAX_MODULE_LINES = 400
@@ -36,7 +36,7 @@ def test_modules_are_short() -> None:
 def test_functions_are_short() -> None:
     long = []
     for name, path in modules().items():
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(tree(path)):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 lines = (node.end_lineno or node.lineno) - node.lineno + 1
                 if lines > MAX_FUNCTION_LINES:
@@ -105,8 +105,8 @@ def test_no_dataclass_field_is_dead() -> None:
     named = {name for found in used for name in found if name}
     dead = [
         f"{name}:{line} {cls}.{field}"
-        for name, source in sources.items()
-        for cls, field, line in dataclass_fields(ast.parse(source))
+        for name, path in modules().items()
+        for cls, field, line in dataclass_fields(tree(path))
         if field not in named
     ]
     assert dead == [], dead

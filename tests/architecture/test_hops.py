@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 
 from bench.hops import measure
-from tests.architecture.modules import PACKAGES, _internal, modules
+from tests.architecture.modules import PACKAGES, _internal, modules, tree
 from tests.architecture.test_map import CODE, COUNTED, DOC
 
 # modules a plain task's code passes through; issue 40's target for a delivery is 20
@@ -51,15 +51,15 @@ def runtime_imports(module: str) -> set[str]:
     """The internal modules `module` imports to run: every import but those under `if
     TYPE_CHECKING:` (names for annotations only)."""
     known = modules()
-    tree = ast.parse(known[module].read_text())
+    parsed = tree(known[module])
     typing_only = {
         id(node)
-        for block in ast.walk(tree)
+        for block in ast.walk(parsed)
         if isinstance(block, ast.If) and ast.unparse(block.test) == "TYPE_CHECKING"
         for node in ast.walk(block)
     }
     found: set[str] = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(parsed):
         if id(node) in typing_only or not isinstance(node, ast.ImportFrom) or not node.module:
             continue
         for alias in node.names:

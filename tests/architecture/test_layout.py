@@ -8,7 +8,7 @@ import ast
 import re
 from pathlib import Path
 
-from tests.architecture.modules import ROOT, cycles, graph, imported_names, layer, modules
+from tests.architecture.modules import ROOT, cycles, graph, imported_names, layer, modules, tree
 
 LAYERS = ("taskq core", "taskq.dlq", "taskq.workers", "taskq.cli / taskq.dashboard")
 
@@ -101,7 +101,7 @@ def test_at_most_four_nats_py_privates_none_written() -> None:
 
 def _private_uses(path: Path) -> list[tuple[int, str]]:
     found = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(tree(path)):
         if (
             isinstance(node, ast.Attribute)
             and node.attr.startswith("_")
