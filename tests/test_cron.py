@@ -21,6 +21,7 @@ from taskq.errors import BrokerError
 from taskq.records.schedules import SCHEDULE, TARGET
 from taskq.topology.specs import timer_stream
 from tests.conftest import cli_argv
+from tests.examples import examples
 
 NEWCOMER_TYPOS = ["0 0 25 * * *", "0 0 0 31 2 *", "*/0 * * * * *"]
 
@@ -136,7 +137,7 @@ MOMENT = st.datetimes(datetime(2001, 1, 1), datetime(2090, 1, 1)).map(
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(cron=CRON, moment=MOMENT)
 @example(cron="0 30 9 * * mon-fri", moment=datetime(2026, 11, 27, 9, 30, tzinfo=UTC))
 @example(cron="0 0 12 1 * MON", moment=datetime(2026, 11, 23, 21, 21, 23, tzinfo=UTC))
@@ -222,7 +223,9 @@ def _server_accepts(app: App, cron: str) -> bool:
 
 
 @settings(
-    max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(250),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(cron=RAW_CRON)
 @example(cron="0 0 0 31 2 */1")

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from taskq.errors import DecodeError
 from taskq.records.clock import format_time, parse_time
 from taskq.records.envelope import Envelope, decode
+from tests.examples import examples
 
 
 def test_round_trip() -> None:
@@ -78,7 +79,7 @@ def test_times_are_rfc3339_utc() -> None:
     assert text == "2026-11-22T08:00:00.000Z"
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.binary(max_size=512))
 def test_decoder_never_raises_anything_but_decode_error(data: bytes) -> None:
     with contextlib.suppress(DecodeError):
@@ -92,7 +93,7 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.dictionaries(
         st.sampled_from(

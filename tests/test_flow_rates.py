@@ -18,6 +18,7 @@ from taskq.flowcontrol.rates import RateWindows, Verdict, _fits, earliest
 from taskq.flowcontrol.start_gate import StartGate
 from tests.apps import flowctl
 from tests.conftest import WorkerProcess, running_worker
+from tests.examples import examples
 from tests.faults import LOSE_ACK, inject
 from tests.flow_helpers import events, flow_app, start_workers
 
@@ -85,7 +86,7 @@ async def test_rate_options_are_checked(app: App) -> None:
             async def bad_task(n: int) -> None: ...
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.integers(1, 8),
     st.integers(50, 2000),

@@ -19,6 +19,7 @@ from taskq.errors import DecodeError, NotFound
 from taskq.records.envelope import Envelope, decode
 from taskq.records.results import fetch
 from tests.conftest import running_worker, wait_until
+from tests.examples import examples
 
 NAN, INF = float("nan"), float("inf")
 NON_FINITE = (NAN, INF, -INF)
@@ -219,7 +220,7 @@ def same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(values)
 def test_encoding_refuses_exactly_the_non_finite_and_round_trips_the_rest(value: Any) -> None:
     from taskq import NonFiniteFloat
@@ -237,7 +238,7 @@ def test_encoding_refuses_exactly_the_non_finite_and_round_trips_the_rest(value:
         json.loads(body, parse_constant=lambda c: pytest.fail(f"{c} written: not JSON"))
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(values)
 def test_a_message_body_refuses_exactly_the_non_finite_and_round_trips_the_rest(
     value: Any,

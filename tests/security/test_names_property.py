@@ -28,6 +28,7 @@ from taskq.records.envelope import MSG_ID, decode
 from taskq.records.firings import run_id
 from taskq.records.schedules import delayed_name
 from taskq.topology.names import Names, check_queue, check_task
+from tests.examples import examples
 
 # nats-py's own key alphabet (nats.js.kv): what a KV key may hold
 KV_KEY = re.compile(r"^[-/_=\.a-zA-Z0-9]+$")
@@ -37,13 +38,13 @@ anything = st.text(min_size=1, max_size=6000) | st.text(
 names = Names("tq")
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(anything)
 def test_a_safe_id_fits_every_place_an_id_goes(task_id: str) -> None:
     fits_every_place(task_id)  # below, with the ids from bytes
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(anything, anything)
 def test_distinct_ids_never_share_a_safe_form(a: str, b: str) -> None:
     assume(a != b)
@@ -60,7 +61,7 @@ def test_a_plain_id_and_a_digest_never_meet() -> None:
     assert digest.startswith("h.") and safe_id(digest) != digest  # a plain `h.` id is hashed
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(anything)
 def test_keys_become_one_subject_token(key: str) -> None:
     check(names.limit_subject("unique", token(key), "task"))
@@ -68,7 +69,7 @@ def test_keys_become_one_subject_token(key: str) -> None:
     assert "." not in token(key)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(anything)
 def test_a_key_is_taken_up_to_its_limit_and_refused_past_it(key: str) -> None:
     if len(key) > MAX_KEY:
@@ -78,7 +79,7 @@ def test_a_key_is_taken_up_to_its_limit_and_refused_past_it(key: str) -> None:
         assert check_key(key) == key
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(anything)
 def test_queue_and_task_names_are_refused_or_valid_everywhere(name: str) -> None:
     try:
@@ -97,14 +98,14 @@ def test_queue_and_task_names_are_refused_or_valid_everywhere(name: str) -> None
     check(names.level_subject("q", 9, task, 2))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(anything)
 def test_a_task_name_from_a_message_is_safe_in_a_dead_letter(name: str) -> None:
     safe = dlq_task_token(name)
     check(names.dlq_subject("default", safe), {"Taskq-Task": safe})
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(anything, max_size=3), st.dictionaries(anything, anything, max_size=3))
 def test_a_call_digest_is_one_token(args: list[str], kwargs: dict[str, str]) -> None:
     check(names.limit_subject("unique", call_digest(list(args), kwargs), "task"))
@@ -178,7 +179,7 @@ def _is_text(value: str) -> bool:
     return True
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(st.binary(max_size=600))
 def test_an_id_from_any_bytes_in_a_body_fits_every_place(raw: bytes) -> None:
     for body, valid in bodies(raw):
@@ -192,7 +193,7 @@ def test_an_id_from_any_bytes_in_a_body_fits_every_place(raw: bytes) -> None:
         fits_every_place(envelope.id)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(st.binary(max_size=600))
 def test_an_id_from_any_bytes_in_the_msg_id_header_fits_every_place(raw: bytes) -> None:
     """Header bytes as a raw publish may send them (the server passes them on as they are,
@@ -242,7 +243,7 @@ def near_due(due: datetime) -> st.SearchStrategy[datetime]:
     return st.integers(-3 * 86400, 3 * 86400).map(lambda s: due + timedelta(seconds=s))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(anything, stream_names, seqs, seqs)
 def test_a_handed_back_copy_s_id_is_a_safe_header(
     task_id: str, stream: str, seq: int, delivery: int
@@ -253,7 +254,7 @@ def test_a_handed_back_copy_s_id_is_a_safe_header(
     )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.data(), st.tuples(*INTERRUPTED))
 def test_distinct_handed_back_copies_never_share_an_id(
     data: st.DataObject, a: tuple[str, str, int, int]
@@ -262,7 +263,7 @@ def test_distinct_handed_back_copies_never_share_an_id(
     assert interrupted_id(*a) != interrupted_id(*b)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.data(), st.tuples(stream_names, seqs))
 def test_fired_copies_ids_are_safe_and_distinct(data: st.DataObject, a: tuple[str, int]) -> None:
     check(names.queue_subject("default", "t"), {MSG_ID: fired_id(*a)})
@@ -270,7 +271,7 @@ def test_fired_copies_ids_are_safe_and_distinct(data: st.DataObject, a: tuple[st
     assert fired_id(*a) != fired_id(*b)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.data(), st.tuples(queue_names, task_names, dues))
 def test_periodic_run_ids_are_safe_and_distinct(
     data: st.DataObject, a: tuple[str, str, datetime]
@@ -280,7 +281,7 @@ def test_periodic_run_ids_are_safe_and_distinct(
     assert run_id(*a) != run_id(*b)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.data(), st.tuples(anything, seqs))
 def test_dead_letter_ids_are_safe_and_distinct(data: st.DataObject, a: tuple[str, int]) -> None:
     check(names.dlq_subject("default", "t"), {MSG_ID: dead_letter_id(*a)})
@@ -288,7 +289,7 @@ def test_dead_letter_ids_are_safe_and_distinct(data: st.DataObject, a: tuple[str
     assert dead_letter_id(*a) != dead_letter_id(*b)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.data(), anything, stream_names, seqs, seqs)
 def test_ids_of_different_kinds_in_one_queue_stream_never_meet(
     data: st.DataObject, other: str, stream: str, seq: int, delivery: int
@@ -306,7 +307,7 @@ def test_ids_of_different_kinds_in_one_queue_stream_never_meet(
     assert len(set(made)) == len(made), made
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.data(), st.tuples(*INTERRUPTED))
 def test_held_copies_ids_are_safe_and_distinct(
     data: st.DataObject, a: tuple[str, str, int, int]

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from taskq.errors import DecodeError, NonFiniteFloat, PayloadTooLarge
 from taskq.workflows import store
 from taskq.workflows.journal import JUNK, Event
+from tests.examples import examples
 
 SUBJECTS = ("taskq.wf.r.u.x", "taskq.wf.r.s.0", "taskq.wf.r.w.k", "taskq.wf.h.ab.c.k")
 json_values = st.recursive(
@@ -30,14 +31,14 @@ def _read(data: bytes, subject: str) -> Event | None:
         return None
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(data=st.binary(max_size=2048), subject=st.sampled_from(SUBJECTS))
 def test_any_bytes_are_an_event_or_a_decode_error(data: bytes, subject: str) -> None:
     event = _read(data, subject)
     assert event is None or isinstance(event, Event)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     kind=st.sampled_from(["signal", "cancel", "done", "decided", "start", "junk", "x"]),
     n=st.one_of(st.integers(), st.text(), st.none(), st.booleans()),
@@ -86,7 +87,7 @@ def test_what_the_probe_wrote_is_a_decode_error(body: bytes) -> None:
         store.decoded(body, 1, "taskq.wf.r.u.x")
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(payload=json_values)
 def test_what_a_worker_writes_it_reads_back(payload: Any) -> None:
     event = Event.make("signal", name="s", payload=payload)
