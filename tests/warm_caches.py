@@ -6,9 +6,11 @@ SQLAlchemy, FastAPI, Playwright, Hypothesis...). On a fresh virtualenv (installe
 once each compiled all of it, and each rewrote the test modules' assertions: measured on
 two cores, collection took 60 s and 112 CPU-s, against 23 s and 43 CPU-s with the caches
 written. Here the controller first collects once in a single child process (19 s, 19
-CPU-s), which writes the caches the six then read: 38 s and 55 CPU-s in all. A marker in
-the virtualenv's and in the tests' cache folders says it was done; a new virtualenv or a
-new clone has neither.
+CPU-s), which writes the caches the six then read: 38 s and 55 CPU-s in all. Beside it, on
+the core it leaves idle, a second child imports what the Spark tests' processes import
+later (PySpark, its Connect client and its Python workers: 3.4 s of CPU to compile, in
+each of the several processes that met it cold). A marker in the virtualenv's and in the
+tests' cache folders says it was done; a new virtualenv or a new clone has neither.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 MARKER = "taskq-tests-collected"
 COLLECTING = 300.0  # seconds: a cold collection takes ~20 s on two cores
+# imported by the Spark tests' processes, not by collection (taskq imports PySpark lazily)
+SPARK = "import pyspark.sql, pyspark.sql.connect.session, pyspark.daemon"
 
 
 def _markers() -> list[Path]:
@@ -47,14 +51,31 @@ def warm_caches(config: pytest.Config) -> None:
         return
     command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0"]
     command += ["-o", "addopts=", "-p", "no:cacheprovider", str(ROOT / "tests")]
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    spark = _start([sys.executable, "-c", SPARK])
+    collecting = _start(command)
     try:
-        done = subprocess.run(
-            command, cwd=ROOT, env=env, capture_output=True, timeout=COLLECTING, check=False
-        )
+        collected = collecting.wait(COLLECTING) == 0
+        spark.wait(COLLECTING)
     except subprocess.TimeoutExpired:
         return  # the test processes compile for themselves, as without this
-    if done.returncode == 0:  # a failed collection shows in the run itself
+    finally:
+        for child in (spark, collecting):
+            child.kill()  # (no-op when it ended)
+            child.wait()
+    if collected:  # a failed collection shows in the run itself
         for marker in _markers():
             marker.parent.mkdir(parents=True, exist_ok=True)
             marker.touch()
+
+
+def _start(command: list[str]) -> subprocess.Popen[bytes]:
+    """A child that writes bytecode (whatever this machine's PYTHONDONTWRITEBYTECODE)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
