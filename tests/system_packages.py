@@ -77,7 +77,10 @@ class Prerequisite:
         self.problem = ""
 
     def collected(self, items: list[pytest.Item]) -> None:
-        """For `pytest_collection_modifyitems`: install now if a test here needs it."""
+        """For `pytest_collection_modifyitems`: install now if a test here needs it (not in
+        a collect-only run, tests/warm_caches.py's among them: it runs none)."""
+        if items and items[0].config.getoption("collectonly"):
+            return
         wanted = any(self.fixture in getattr(item, "fixturenames", ()) for item in items)
         if wanted and not self.problem:
             try:

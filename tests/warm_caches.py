@@ -38,7 +38,7 @@ def _markers() -> list[Path]:
 
 def _spawns_workers(config: pytest.Config) -> bool:
     """True in an xdist controller that is about to start test processes."""
-    if hasattr(config, "workerinput"):
+    if hasattr(config, "workerinput") or config.getoption("collectonly"):
         return False
     return bool(config.getoption("numprocesses", default=None)) and (
         config.getoption("dist", default="no") != "no"
