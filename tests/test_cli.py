@@ -138,6 +138,8 @@ def test_demo_runs_end_to_end() -> None:
     assert "doomed: exhausted" in out
     assert "sum_of_range(1,000,000) = 499,999,500,000" in out and "word_score" in out
     assert_workflow_run(out)
+    store = re.search(r"\(store (\S+)\)", out)
+    assert store and not Path(store.group(1)).exists()  # its data went with it
 
 
 def assert_workflow_run(out: str) -> str:
@@ -191,6 +193,8 @@ def test_demo_without_spark_serves_its_dashboard_and_workflow_run_until_ctrl_c()
         assert "reserve" in shown.stdout and "ship" in shown.stdout, shown.stdout
         proc.send_signal(signal.SIGINT)
         assert proc.wait(20) == 0
+        store = re.search(r"\(store (\S+)\)", text)
+        assert store and not Path(store.group(1)).exists()  # Ctrl-C took its data too
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -116,9 +116,12 @@ def run_demo(
     logging.getLogger("taskq").setLevel(logging.CRITICAL)
     logging.getLogger("py4j").setLevel(logging.CRITICAL)
     problem = spark_problem(spark_master) if spark else "--no-spark"
-    store = tempfile.mkdtemp(prefix="taskq-demo-")
     click.echo("taskq demo: starting an embedded nats-server ...")
-    with EmbeddedServer(store_dir=store) as server:
+    # the demo's data ends with it: each run left a 2 MB store in the temporary folder
+    with (
+        tempfile.TemporaryDirectory(prefix="taskq-demo-") as store,
+        EmbeddedServer(store_dir=store) as server,
+    ):
         click.echo(f"  server   {server.url} (store {store})")
         if problem is not None:
             click.echo(f"  spark    skipped: {problem}")
