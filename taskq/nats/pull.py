@@ -251,24 +251,30 @@ class Puller:
 
 
 def _ack_subject(msg: Msg) -> tuple[str, int, int, int]:
-    """(stream, times delivered, stream sequence, pending) from a delivery's ack subject
-    (ADR-15: `$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>`, or the
-    12-token form with domain and account hash), read directly: nats-py's `metadata` also
-    builds two dataclasses and a datetime per message, which the worker never reads."""
+    """(stream, times delivered, stream sequence, pending) from a delivery's ack subject,
+    read directly: nats-py's `metadata` also builds two dataclasses and a datetime per
+    message, which the worker never reads."""
     tokens = (msg.reply or "").split(".")
-    if len(tokens) == 9:
-        return tokens[2], int(tokens[4]), int(tokens[5]), int(tokens[8])
-    if len(tokens) >= 12:
-        return tokens[4], int(tokens[6]), int(tokens[7]), int(tokens[10])
+    at = _layout(tokens)
+    if at is not None:
+        return tokens[at], int(tokens[at + 2]), int(tokens[at + 3]), int(tokens[at + 6])
     meta = msg.metadata  # anything else: nats-py says what it is, or why not
     return meta.stream, meta.num_delivered, meta.sequence.stream, int(meta.num_pending or 0)
 
 
 def _stamp(ack_subject: str) -> str:
-    """An ack subject's time stamp token (ADR-15, as `_ack_subject` reads the rest: when the
-    server stored the message); "" when there is none."""
+    """An ack subject's time stamp token (when the server stored the message); "" when
+    there is none."""
     tokens = ack_subject.split(".")
-    return tokens[7] if len(tokens) == 9 else tokens[9] if len(tokens) >= 12 else ""
+    at = _layout(tokens)
+    return tokens[at + 5] if at is not None else ""
+
+
+def _layout(tokens: list[str]) -> int | None:
+    """Where the stream's token stands in an ack subject (ADR-15:
+    `$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>`, or the 12-token
+    form with domain and account hash before the stream), or None for any other shape."""
+    return 2 if len(tokens) == 9 else 4 if len(tokens) >= 12 else None
 
 
 def _stored_at(msg: Msg) -> datetime | None:
