@@ -16,7 +16,6 @@ tests' cache folders says it was done; a new virtualenv or a new clone has neith
 from __future__ import annotations
 
 import contextlib
-import os
 import subprocess
 import sys
 import sysconfig
@@ -73,12 +72,11 @@ def warm_caches(config: pytest.Config) -> None:
 
 
 def _start(command: list[str]) -> subprocess.Popen[bytes]:
-    """A child that writes bytecode (whatever this machine's PYTHONDONTWRITEBYTECODE)."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    """A child that writes bytecode: tests/__init__.py took PYTHONDONTWRITEBYTECODE out of
+    this process's environment, which it inherits."""
     return subprocess.Popen(
         command,
         cwd=ROOT,
-        env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
