@@ -125,16 +125,38 @@ class Messages:
             # the first pull may meet a consumer just made on a cluster before its leader is
             # elected (503): retried, as it read nothing
             got = await patiently(lambda: _pulled(puller, batch))
+            read, empty = 0, 0
             while True:
                 for delivery in got:
                     yield delivery.stored()
-                # none within the expiry (the stream changed under us), or the last one
-                if not got or got[-1].pending == 0:
+                read, empty = read + len(got), 0 if got else empty + 1
+                if got and got[-1].pending == 0:
+                    return
+                # a pull that brought nothing is no end: on a busy machine its expiry can
+                # pass first. The consumer's own count says what is left (none when the
+                # stream changed under us), those it sent late included.
+                if not got and not await self._unread(stream, name, read, empty):
                     return
                 got = await _pulled(puller, batch)
         finally:
             await puller.close()
             await self._drop_consumer(stream, name)
+
+    async def _unread(self, stream: str, reader: str, read: int, empty: int) -> int:
+        """How many messages `reader` holds that `read` did not yield: pending, or sent and
+        not yet arrived. Raises TransientError after READ_STALLS empty pulls in a row."""
+
+        async def ask() -> api.ConsumerInfo:
+            with self._guard:
+                info: api.ConsumerInfo = await self._js.consumer_info(stream, reader)
+            return info
+
+        info = await patiently(ask)
+        sent = info.delivered.consumer_seq if info.delivered else 0
+        left = int(info.num_pending or 0) + max(0, (sent or 0) - read)
+        if left and empty >= READ_STALLS:
+            raise TransientError(f"reading stream {stream}: {left} message(s) not delivered")
+        return left
 
     async def scan(
         self, stream: str, subject: str | None = None, batch: int = 256
@@ -340,6 +362,7 @@ def _stamp(text: str) -> datetime | None:
         return None
 
 
+READ_STALLS = 10  # empty pulls in a row (~3 s each) after which a read gives up, loudly
 REPLY_GAP = 10.0  # seconds a batched direct get may go quiet before it is given up
 _KEPT = ("Nats-Msg-Id", "Nats-Schedule", "Nats-Schedule-Target", "Nats-TTL")
 
