@@ -5,6 +5,7 @@ Spark Connect server, each test's worker with a Connect session of its own on it
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -15,6 +16,7 @@ import pytest
 from taskq.policy import Outcome
 from taskq.settings import Settings
 from taskq.workers import Worker
+from taskq.workers.spark.connect import MODE
 from taskq.workers.spark.session import SparkRuntime
 from tests.spark.connect_server import ConnectServer
 from tests.system_packages import Prerequisite, ensure
@@ -101,7 +103,11 @@ def connect_url(connect_server: ConnectServer) -> str:
 @pytest.fixture
 async def connect(connect_url: str) -> AsyncIterator[SparkRuntime]:
     """A worker's runtime on the Connect server, as `TASKQ_SPARK_MASTER=sc://...` makes it:
-    its own session, stopped (released on the server) when the test ends."""
+    its own session, stopped (released on the server) when the test ends. PySpark marks
+    the process as Connect's when a session opens (a classic one is refused after): the
+    runtime's stop takes the mark back, whatever sessions it built (a lost one rebuilt)."""
+    marked = MODE in os.environ
     runtime = SparkRuntime(Settings(spark_master=connect_url))
     yield runtime
     await runtime.stop()
+    assert (MODE in os.environ) == marked, "the Connect runtime left PySpark's mark behind"

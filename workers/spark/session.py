@@ -171,7 +171,8 @@ class SparkRuntime:
 
     def _build(self) -> Any:
         if self.is_connect:
-            self._marked = connect.MODE not in os.environ
+            # a session built again (the first lost) keeps the mark its first one set
+            self._marked = self._marked or connect.MODE not in os.environ
             try:
                 return connect.build(self.master, dict(self.conf))
             except Exception as exc:
