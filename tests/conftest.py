@@ -24,6 +24,7 @@ import pytest
 from taskq import App, Timings
 from taskq.server import EmbeddedServer, find_binary
 from taskq.workers import Worker
+from tests import forked
 from tests.cli_runner import run_in_process
 from tests.cluster import DEPLOY, Cluster, shipped_on_loopback
 from tests.scheduling import heavy_first, scheduler
@@ -244,25 +245,20 @@ async def run_one_task(app: App) -> None:
 
 
 class WorkerProcess:
-    """`taskq worker` in a subprocess: for kill and signal tests (by PID, ours only)."""
+    """`taskq worker` as a process of its own (forked from one that imported taskq, see
+    tests/forked.py): for kill and signal tests (by PID, ours only)."""
 
     def __init__(
         self, url: str, prefix: str, spec: str, *args: str, env: dict[str, str] | None = None
     ) -> None:
-        cmd = cli_argv(url, prefix, "-v", "worker", spec, *args)
+        argv = ["--url", url, "--prefix", prefix, "-v", "worker", spec, *args]
         self.log = (
             Path(os.environ.get("TMPDIR", "/tmp")) / f"taskq-worker-{uuid.uuid4().hex[:8]}.log"
         )
-        self._out = open(self.log, "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            cmd,
-            cwd=ROOT,
-            # PYTHONFAULTHANDLER: a worker that hangs is made to print its stacks (wait_ready)
-            env={**os.environ, "TASKQ_TIMINGS": "short", "PYTHONFAULTHANDLER": "1", **(env or {})},
-            stdout=self._out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
+        self.log.touch()
+        # PYTHONFAULTHANDLER: a worker that hangs is made to print its stacks (wait_ready)
+        extra = {"TASKQ_TIMINGS": "short", "PYTHONFAULTHANDLER": "1", **(env or {})}
+        self.proc = forked.start(argv, {**os.environ, **extra}, ROOT, self.log)
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
@@ -297,7 +293,6 @@ class WorkerProcess:
 
     def close(self) -> None:
         self.kill()
-        self._out.close()
         self.log.unlink(missing_ok=True)  # thousands of runs must not fill the machine's /tmp
 
 
