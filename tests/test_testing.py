@@ -90,11 +90,12 @@ def test_apps_get_their_settings_back_after_the_test() -> None:
 
 @pytest.mark.heavy
 @pytest.mark.timeout(330)
-@pytest.mark.parametrize("processes", ["0", "3"])
+@pytest.mark.parametrize("processes", ["0", "2"])
 def test_example_suite_runs_as_a_user_would(processes: str) -> None:
     """examples/testing/ has no conftest.py: the fixtures come from the installed plugin.
-    With xdist (`-n 3`), three processes each start their session's server at once: each
-    binds its own port, none races another for it."""
+    With xdist (`-n 2`), two processes each start their session's server at once: each
+    binds its own port, neither races the other for it (two show it as well as three did,
+    for three quarters of the interpreters and servers)."""
     folder = ROOT / "examples" / "testing"
     assert not (folder / "conftest.py").exists()
     # a test of the example stuck past 40 s prints every thread's stack (faulthandler), and
