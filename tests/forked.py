@@ -1,9 +1,12 @@
 """`taskq ...` as a process of its own, forked from a fork server that imported taskq once
 per test process, for the tests about a worker process (its own PID, signals, SIGKILL, its
-exit code and output): a new interpreter paid ~0.6 s of CPU to import taskq every time,
-~60 times a run. The child runs `taskq.cli.main.main(argv)` as `python -m taskq` would:
-in `cwd` (first on sys.path), with exactly `env`, stdin from /dev/null, stdout and stderr
-into `log`, and at its end the interpreter's exit handlers.
+exit code and output) and about the command as a user runs it (its exit code, what it
+prints on stdout and on stderr): a new interpreter paid ~0.6 s of CPU to import taskq
+every time, ~90 times a run. The child runs `taskq.cli.main.main(argv)` as `python -m
+taskq` would: in `cwd` (first on sys.path), with exactly `env`, stdin from /dev/null,
+stdout and stderr into files, and at its end the interpreter's exit handlers. What only
+a new interpreter shows (`python -m taskq` itself, the console script, imports) keeps a
+subprocess: test_version_and_help, tests/test_packaging.py, `run_cli(..., fresh=True)`.
 
 What an interpreter reads at its start is not read again in a fork: an `env` that differs
 from this process's beyond taskq's own variables (TASKQ_*) and PYTHONFAULTHANDLER (turned
@@ -19,8 +22,9 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
-from subprocess import Popen
+from subprocess import CompletedProcess, Popen
 
 _CONTEXT = multiprocessing.get_context("forkserver")
 _CONTEXT.set_forkserver_preload(["taskq.cli.main"])
@@ -39,7 +43,7 @@ def start(argv: list[str], env: dict[str, str], cwd: Path, log: Path) -> Popen[b
     """`python -m taskq ARGV` in `cwd` with `env`, its output added to the file `log`:
     forked when it can be, else a new interpreter."""
     if forkable(env):
-        return Forked(argv, env, cwd, log)
+        return Forked(argv, env, cwd, log, log)
     with log.open("ab") as out:
         return Popen(
             [sys.executable, "-m", "taskq", *argv],
@@ -51,14 +55,31 @@ def start(argv: list[str], env: dict[str, str], cwd: Path, log: Path) -> Popen[b
         )
 
 
+def run(argv: list[str], cwd: Path, timeout: float = 60) -> CompletedProcess[str]:
+    """`python -m taskq ARGV` in `cwd` run to its end, as `subprocess.run` with
+    `capture_output` and no stdin gives it (killed at `timeout`: TimeoutExpired)."""
+    with tempfile.TemporaryDirectory(prefix="taskq-run-") as folder:
+        out, err = Path(folder, "out"), Path(folder, "err")
+        child = Forked(argv, dict(os.environ), cwd, out, err)
+        try:
+            code = child.wait(timeout)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait(10)
+            raise
+        said = out.read_text(errors="replace"), err.read_text(errors="replace")
+    return CompletedProcess([sys.executable, "-m", "taskq", *argv], code, *said)
+
+
 class Forked:
     """A forked `taskq` process with the part of `subprocess.Popen` the tests use."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], cwd: Path, log: Path) -> None:
-        # the log by name: the child is the fork server's, which holds none of our files
-        self._process = _CONTEXT.Process(
-            target=_main, args=(argv, env, str(cwd), str(log)), name="taskq"
-        )
+    def __init__(
+        self, argv: list[str], env: dict[str, str], cwd: Path, out: Path, err: Path
+    ) -> None:
+        # the files by name: the child is the fork server's, which holds none of ours
+        where = (str(cwd), str(out), str(err))
+        self._process = _CONTEXT.Process(target=_main, args=(argv, env, *where), name="taskq")
         self._process.start()
         self.pid = self._process.pid or 0
         _RUNNING.add(self)
@@ -102,17 +123,17 @@ def _kill_leftovers() -> None:
         child.wait(10)
 
 
-def _main(argv: list[str], env: dict[str, str], cwd: str, log: str) -> None:
+def _main(argv: list[str], env: dict[str, str], cwd: str, out: str, err: str) -> None:
     """The child: set up as a new interpreter would be, then the `taskq` command."""
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cwd)
     sys.path.insert(0, cwd)  # `python -m` puts the working directory first
     sys.argv = [sys.executable, *argv]
-    out = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-    os.dup2(out, 1)
-    os.dup2(out, 2)
-    os.close(out)
+    for fd, path in ((1, out), (2, err)):
+        opened = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        os.dup2(opened, fd)
+        os.close(opened)
     sys.stdout = sys.__stdout__ = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
     sys.stderr = sys.__stderr__ = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
     if env.get("PYTHONFAULTHANDLER"):

@@ -17,18 +17,25 @@ import pytest
 from taskq import __version__ as taskq_version
 from taskq.ports import lease_port
 from taskq.server import port_open
+from tests import forked
 from tests.conftest import HANG, ROOT
 
 APP = "tests.apps.ledger:app"
 
 
 def taskq(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """`taskq ARGS` as a process of its own (forked: tests/forked.py)."""
+    return forked.run(list(args), ROOT, timeout)
+
+
+def fresh_taskq(*args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m taskq ARGS` in a new interpreter."""
     return subprocess.run(
         [sys.executable, "-m", "taskq", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=60,
         stdin=subprocess.DEVNULL,
     )
 
@@ -202,6 +209,6 @@ def test_demo_without_spark_serves_its_dashboard_and_workflow_run_until_ctrl_c()
 
 
 def test_version_and_help() -> None:
-    version = taskq("--version")
+    version = fresh_taskq("--version")
     assert version.returncode == 0 and taskq_version in version.stdout, version.stdout
-    assert "worker" in taskq("--help").stdout
+    assert "worker" in fresh_taskq("--help").stdout

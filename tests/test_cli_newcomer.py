@@ -14,7 +14,8 @@ import pytest
 
 from taskq import App
 from taskq.workers.setup import QueueSetup, described
-from tests.conftest import cli, cli_argv, run_cli, running_worker, wait_until
+from tests import forked
+from tests.conftest import cli, run_cli, running_worker, wait_until
 
 BROKEN = {
     "syntax": ("x = 1\ndef broken(:\n    pass\n", 2, "SyntaxError"),
@@ -28,15 +29,9 @@ BROKEN = {
 
 
 def _run_in(cwd: Path, url: str, prefix: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """`taskq` with `cwd` as the current directory (where MODULE is imported from)."""
-    return subprocess.run(
-        cli_argv(url, prefix, *args),
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
+    """`taskq` with `cwd` as the current directory (where MODULE is imported from), as a
+    process of its own (forked: tests/forked.py)."""
+    return forked.run(["--url", url, "--prefix", prefix, *args], cwd)
 
 
 @pytest.mark.parametrize("kind", sorted(BROKEN))
