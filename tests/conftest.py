@@ -199,8 +199,12 @@ async def running_worker(app: App, **options: Any) -> AsyncIterator[Worker]:
 async def wait_until(
     condition: Callable[[], Any], timeout: float = 20.0, every: float = 0.02
 ) -> None:
-    """Poll `condition` (sync or async) until true; fail the test at the deadline."""
+    """Poll `condition` (sync or async) until true; fail the test at the deadline. The
+    pause between polls starts at `every` and grows by a quarter each time, up to 0.1 s
+    (or `every` when longer): a condition that asks the server is not asked 50 times a
+    second for as long as the test waits."""
     deadline = time.monotonic() + timeout
+    pause, longest = every, max(every, 0.1)
     while True:
         value = condition()
         if asyncio.iscoroutine(value):
@@ -209,7 +213,8 @@ async def wait_until(
             return
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s")
-        await asyncio.sleep(every)
+        await asyncio.sleep(pause)
+        pause = min(pause * 1.25, longest)
 
 
 async def finishes(call: Awaitable[T], what: str, timeout: float = HANG) -> T:
