@@ -94,3 +94,25 @@ async def test_a_stream_purged_mid_read_ends_the_read(app: App) -> None:
         if len(seen) == 1:
             await client.connection.messages.purge(stream)
     assert seen == list(range(1000))  # the first pull's, already received
+
+
+async def test_a_reader_that_expired_mid_read_fails_loudly(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reading consumer gone (its inactivity threshold passed while the caller held
+    the read): an error, not a short list passed off as the whole stream."""
+    client, stream = await stored_stream(app)
+    real = messages._pulled
+    pulls: list[int] = []
+
+    async def pulled(puller: Puller, batch: int) -> list[Delivery]:
+        pulls.append(1)
+        if len(pulls) == 1:
+            return await real(puller, batch)
+        reader = puller._next.rsplit(".", 1)[-1]
+        await client.connection.messages._drop_consumer(stream, reader)
+        return []
+
+    monkeypatch.setattr(messages, "_pulled", pulled)
+    with pytest.raises(TransientError, match="reader expired"):
+        await read_all(client, stream)

@@ -151,7 +151,10 @@ class Messages:
                 info: api.ConsumerInfo = await self._js.consumer_info(stream, reader)
             return info
 
-        info = await patiently(ask)
+        try:
+            info = await patiently(ask)
+        except NotFound:  # the stream's NotFound ends a read quietly: this one must not
+            raise TransientError(f"reading stream {stream}: the reader expired") from None
         sent = info.delivered.consumer_seq if info.delivered else 0
         left = int(info.num_pending or 0) + max(0, (sent or 0) - read)
         if left and empty >= READ_STALLS:
