@@ -9,7 +9,9 @@ written. Here the controller first collects once in a single child process (19 s
 CPU-s), which writes the caches the six then read: 38 s and 55 CPU-s in all. Beside it, on
 the core it leaves idle, a second child imports what the Spark tests' processes import
 later (PySpark, its Connect client and its Python workers: 3.4 s of CPU to compile, in
-each of the several processes that met it cold). A marker in the virtualenv's and in the
+each of the several processes that met it cold), and a third runs mypy once to write its
+cache (tests/architecture/typecheck.py: ~20 s of CPU cold, which `test_mypy_strict` paid
+in the middle of the run with every core busy; ~1 s warm). A marker in the virtualenv's and in the
 tests' cache folders says it was done; a new virtualenv or a new clone has neither.
 """
 
@@ -53,13 +55,15 @@ def warm_caches(config: pytest.Config) -> None:
     command += ["-o", "addopts=", "-p", "no:cacheprovider", str(ROOT / "tests")]
     spark = _start([sys.executable, "-c", SPARK])
     collecting = _start(command)
+    typecheck = _start([sys.executable, "-m", "tests.architecture.typecheck"])
     try:
         collected = collecting.wait(COLLECTING) == 0
         spark.wait(COLLECTING)
+        typecheck.wait(COLLECTING)
     except subprocess.TimeoutExpired:
         return  # the test processes compile for themselves, as without this
     finally:
-        for child in (spark, collecting):
+        for child in (spark, collecting, typecheck):
             child.kill()  # (no-op when it ended)
             child.wait()
     if collected:  # a failed collection shows in the run itself

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import ast
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-from tests.architecture.modules import PACKAGES, ROOT, modules, tree
+from tests.architecture.modules import ROOT, modules, tree
+from tests.architecture.typecheck import mypy
 
 BIN = Path(sys.executable).parent
 MAX_MODULE_LINES = 400
@@ -57,26 +55,11 @@ def test_ruff_format() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.heavy
 def test_mypy_strict(tmp_path: Path) -> None:
-    """mypy on the packages under their installed names: a staged copy where workers/ and
-    dlq/ sit inside taskq/ (mypy does not follow editable-install import hooks)."""
-    staged = tmp_path / "taskq"
-    for package, folder in PACKAGES.items():
-        target = tmp_path.joinpath(*package.split("."))
-        shutil.copytree(folder, target, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.pyc"))
-    assert (staged / "workers" / "worker.py").exists()
-    result = _run(
-        str(BIN / "mypy"),
-        "--strict",
-        "--config-file",
-        str(ROOT / "pyproject.toml"),
-        "--cache-dir",
-        str(ROOT / ".mypy_cache" / "staged"),
-        "-p",
-        "taskq",
-        cwd=tmp_path,
-    )
+    """mypy on the packages under their installed names (tests/architecture/typecheck.py:
+    a staged copy, the clone's cache, warmed before the test processes start)."""
+    result = mypy(tmp_path)
+    assert (tmp_path / "taskq" / "workers" / "worker.py").exists()
     report = result.stdout.replace("taskq/workers/", "workers/").replace("taskq/dlq/", "dlq/")
     assert result.returncode == 0, report + result.stderr
 
