@@ -9,8 +9,11 @@ holding the JVM: a fresh-clone run started four SparkSessions and two Connect se
 xdist's own `loadgroup` names groups through a pytest internal that pytest 9.2 no longer
 reads, so it grouped nothing.) The units go out largest first, so the two groups start at
 once, then the tests marked `heavy` (ten seconds or more under load: a cluster, a guide run
-as written), so that none starts last and ends the run alone, then the rest in their
-collected order.
+as written), so that none starts last and ends the run alone, then the rest module by
+module, the first half of the modules alternated with the second half: neighbouring
+modules tend to be alike (tests/security/ and the edge-site, flow and periodic modules wait
+on real time; tests/workflows/ computes), and six processes on neighbouring modules left a
+core idle for tens of seconds at a time.
 
 The controller sees only test ids, so a group is named by the modules whose tests share its
 fixture; collection checks that every test using the fixture lives in one of them.
@@ -18,6 +21,7 @@ fixture; collection checks that every test using the fixture lives in one of the
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -56,4 +60,16 @@ def heavy_first(items: list[pytest.Item]) -> list[pytest.Item]:
                     "(tests/scheduling.py keeps those in one process)"
                 )
     heavy = [i for i in items if i.get_closest_marker("heavy")]
-    return heavy + [i for i in items if not i.get_closest_marker("heavy")]
+    return heavy + interleaved([i for i in items if not i.get_closest_marker("heavy")])
+
+
+def interleaved(items: list[pytest.Item]) -> list[pytest.Item]:
+    """`items` module by module (each module's tests together, in their order), the first
+    half of the modules alternated with the second."""
+    modules: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+    blocks = list(modules.values())
+    half = (len(blocks) + 1) // 2
+    pairs = itertools.zip_longest(blocks[:half], blocks[half:], fillvalue=[])
+    return [item for pair in pairs for block in pair for item in block]
