@@ -27,7 +27,8 @@ from tests.conftest import HANG, ROOT, cli, installed_nats_server, running_worke
 from tests.proxy import Proxy
 
 RETRY_MAX = 120.0  # nats-server's longest wait between two tries of a source (seconds)
-pytestmark = pytest.mark.timeout(RETRY_MAX + 3 * HANG)
+# a hub and a site (two servers and their leaf link) per test: 8 to 13 s each under load
+pytestmark = [pytest.mark.timeout(RETRY_MAX + 3 * HANG), pytest.mark.heavy]
 
 
 def edge_status_in_contact() -> str:

@@ -102,6 +102,7 @@ def outbox_emptied(path: str, timeout: float = 20) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.heavy
 def test_fastapi_app(services: Services) -> None:
     port = lease_port()
     outbox = f"sqlite+aiosqlite:///{services.env['SHOP_DB']}"  # the orders' database

@@ -8,6 +8,8 @@ import statistics
 import time
 from datetime import UTC, datetime
 
+import pytest
+
 from taskq import App
 from taskq.client import Client
 from taskq.dlq.browse import Filters, list_dead
@@ -107,6 +109,7 @@ async def test_a_page_reads_a_bounded_number_of_records(app: App) -> None:
     assert rest.scanned <= 3000 - found.scanned + 1024
 
 
+@pytest.mark.heavy
 async def test_the_dlq_page_with_10000_dead_letters(app: App, dashboard: Dashboard) -> None:
     """Every page and filter answers with 10,000 dead letters; how fast is printed (the
     figures of docs/dashboard.md), not bounded: a busy machine makes any bound a flake."""
