@@ -11,8 +11,9 @@ the core it leaves idle, a second child imports what the Spark tests' processes 
 later (PySpark, its Connect client and its Python workers: 3.4 s of CPU to compile, in
 each of the several processes that met it cold), and a third runs mypy once to write its
 cache (tests/architecture/typecheck.py: ~20 s of CPU cold, which `test_mypy_strict` paid
-in the middle of the run with every core busy; ~1 s warm). A marker in the virtualenv's and in the
-tests' cache folders says it was done; a new virtualenv or a new clone has neither.
+in the middle of the run with every core busy; ~1 s warm). A marker in the virtualenv's
+and in the tests' cache folders says it was done; a new virtualenv or a new clone has
+neither.
 """
 
 from __future__ import annotations
