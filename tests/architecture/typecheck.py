@@ -23,12 +23,11 @@ BIN = Path(sys.executable).parent
 CACHE = ROOT / ".mypy_cache" / "staged"
 
 
-def stage(folder: Path) -> Path:
-    """Copy the packages into `folder` under their installed names; the staged `taskq/`."""
+def stage(folder: Path) -> None:
+    """Copy the packages into `folder` under their installed names (`folder/taskq/...`)."""
     for package, source in PACKAGES.items():
         target = folder.joinpath(*package.split("."))
         shutil.copytree(source, target, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.pyc"))
-    return folder / "taskq"
 
 
 def mypy(folder: Path) -> subprocess.CompletedProcess[str]:
