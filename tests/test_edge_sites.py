@@ -6,9 +6,11 @@ counted in every test."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,11 +22,14 @@ from taskq import App
 from taskq.dlq.browse import list_dead
 from taskq.doctor.versions import Version, parse_version
 from taskq.errors import ConfigError, ResultTimeout, TaskFailed
+from taskq.handle import TaskHandle
 from taskq.ports import lease_port
+from taskq.records.results import FINAL, fetch
 from taskq.server import Edge, EmbeddedServer, port_open
 from taskq.timings import Timings
 from tests.conftest import HANG, ROOT, cli, installed_nats_server, running_worker, wait_until
 from tests.proxy import Proxy
+from workers.sites import HUB_CONSUMER
 
 RETRY_MAX = 120.0  # nats-server's longest wait between two tries of a source (seconds)
 # a hub and a site (two servers and their leaf link) per test: 8 to 13 s each under load
@@ -48,6 +53,10 @@ class Topology:
     at_hub: App
     at_site: App
     runs: dict[int, int]  # at the site: how often each task ran
+
+    @property
+    def sides(self) -> Sides:
+        return Sides(self.at_hub, self.at_site, self.hub.url, self.site.url)
 
     async def connected(self) -> None:
         """Wait until the site reaches the hub's JetStream through the leaf connection."""
@@ -182,6 +191,11 @@ async def test_a_cut_link_holds_hub_tasks_and_the_site_runs_its_own(topology: To
         assert "for site s1: 40" in table.stdout, table.stdout
         assert not any(n in topology.runs for n in range(300, 340))
         topology.link.restore()
+        skipped = await arrived_or_skipped(
+            topology.sides, dict(enumerate(sent, 300)), topology.runs, local
+        )
+        if skipped:  # nats-server 2.15's reset race (docs/edge.md, "Known issue")
+            pytest.xfail("; ".join(skipped))
         # back: each runs once, and every result (the cut's too) reaches the hub
         assert [await h.result(timeout=HANG) for h in sent] == [n + 1000 for n in range(300, 340)]
         for n, handle in zip(range(200, 220), local, strict=True):
@@ -273,11 +287,15 @@ async def test_a_hub_killed_with_tasks_for_the_site_loses_none(topology: Topolog
         # after the restart here, but the server's retry back-off grows with each attempt
         # that failed while the hub was down (10 s, 20 s, ... at most 2 minutes): the first
         # result may take that long under load (seen once in a loaded suite run)
+        skipped = await arrived_or_skipped(
+            topology.sides, dict(enumerate(sent, 800)), topology.runs, []
+        )
+        if skipped:  # nats-server 2.15's reset race (docs/edge.md, "Known issue")
+            pytest.xfail("; ".join(skipped))
         try:
-            first = await sent[0].result(timeout=RETRY_MAX + HANG)
+            results = [await h.result(timeout=HANG) for h in sent]
         except ResultTimeout:
             raise AssertionError(await sources_of(topology)) from None
-        results = [first] + [await h.result(timeout=HANG) for h in sent[1:]]
         assert results == [n + 1000 for n in range(800, 900)]
     wrong = {n: topology.runs.get(n, 0) for n in range(800, 900) if topology.runs.get(n) != 1}
     assert wrong == {}  # none lost (0), none run twice (2+)
@@ -367,6 +385,84 @@ def skipped_by_a_source(hub: list[dict[str, Any]], site: list[dict[str, Any]]) -
     return found
 
 
+@dataclass
+class Sides:
+    """A hub and its site s1, each as an App and the URL of its server."""
+
+    at_hub: App
+    at_site: App
+    hub_url: str
+    site_url: str
+
+
+async def _skipped_tasks(
+    sides: Sides, sent: dict[int, TaskHandle], runs: dict[int, int]
+) -> list[str]:
+    """Tasks the hub's outbox let go of (empty, every message acknowledged by the site's
+    source) that the site neither ran nor holds (its queue empty, nothing unacknowledged)."""
+    hub, site = (await sides.at_hub.client()).names, (await sides.at_site.client()).names
+    outbox = _stream(await streams_seen(sides.hub_url), hub.site_stream("s1", "default"))
+    queue = _stream(await streams_seen(sides.site_url), site.queue_stream("default"))
+    (site_consumer,) = [c for c in outbox["consumers"] if c["name"] == "s1"]
+    released = outbox["messages"] == 0 and _acked(site_consumer) == outbox["last_seq"]
+    idle = queue["messages"] == 0 and all(c["ack_pending"] == 0 for c in queue["consumers"])
+    never = [h.id for n, h in sent.items() if n not in runs]
+    if not (released and idle and never):
+        return []
+    return [f"the hub's outbox let go of tasks the site never stored: {never}"]
+
+
+async def _skipped_results(sides: Sides, back: list[TaskHandle]) -> list[str]:
+    """Results final at the site, every message of its results bucket acknowledged by the
+    hub's source, that the hub does not hold (read in that order: the hub stores a message
+    before its flow-control answer acknowledges it)."""
+    at_site = [h.id for h in back if await _final(sides.at_site, h.id)]
+    bucket = (await sides.at_site.client()).names.results_bucket
+    results = _stream(await streams_seen(sides.site_url), f"KV_{bucket}")
+    (hub_consumer,) = [c for c in results["consumers"] if c["name"] == HUB_CONSUMER]
+    acked = _acked(hub_consumer) == results["last_seq"]
+    missing = [i for i in at_site if not await _final(sides.at_hub, i)]
+    if not (acked and missing):
+        return []
+    return [
+        f"the site's results bucket was acknowledged past results the hub never stored: {missing}"
+    ]
+
+
+async def _final(app: App, task_id: str) -> bool:
+    record = await fetch(app, task_id)
+    return record is not None and record.state in FINAL
+
+
+def _acked(consumer: dict[str, Any]) -> int:
+    return int((consumer["ack_floor"] or {}).get("stream_seq", 0))
+
+
+def _stream(seen: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    (stream,) = [s for s in seen if s["stream"] == name]
+    return stream
+
+
+async def arrived_or_skipped(
+    sides: Sides, sent: dict[int, TaskHandle], runs: dict[int, int], also: list[TaskHandle]
+) -> list[str]:
+    """Wait until the hub holds the result of every task the hub `sent` to the site (by the
+    number `add` runs with) and of those in `also`: [] then, or at the deadline (the test's
+    assertions then fail with its report). Or what nats-server 2.15's reset race skipped
+    (docs/edge.md, "Known issue"), once seen twice a few seconds apart."""
+    back = [*sent.values(), *also]
+    deadline, seen_before = time.monotonic() + RETRY_MAX + HANG, False
+    while time.monotonic() < deadline:
+        if all([await _final(sides.at_hub, h.id) for h in back]):
+            return []
+        skipped = await _skipped_tasks(sides, sent, runs) + await _skipped_results(sides, back)
+        if skipped and seen_before:
+            return skipped
+        seen_before = bool(skipped)
+        await asyncio.sleep(2.0)  # a poll with a deadline: the next look at both sides
+    return []
+
+
 class ServerProcess:
     """`taskq server ARGS...` in a subprocess (stopped by SIGTERM: it stops its nats-server)."""
 
@@ -427,9 +523,12 @@ async def test_two_taskq_server_processes_a_hub_and_its_site(tmp_path: Path, pre
             # within ~1 s when the servers run alone (docs/edge.md); loaded runs have waited
             # past HANG. On nats-server 2.15 a returning link can skip what was in flight
             # (docs/edge.md, "Known issue": about 1 in 36 restorations under heavy load):
-            # this fails then, and the report below shows which side's consumer acknowledged
-            # what the other never stored
-            assert await sent[0].result(timeout=RETRY_MAX + HANG) == 1010
+            # the test is then an expected failure naming what was skipped, and any other
+            # shortfall fails it with the report below
+            sides = Sides(at_hub, at_site, hub.url, site.url)
+            skipped = await arrived_or_skipped(sides, dict(enumerate(sent, 10)), runs, local)
+            if skipped:
+                pytest.xfail("; ".join(skipped))
             assert [await h.result(timeout=HANG) for h in sent] == [n + 1000 for n in range(10, 30)]
             for n, handle in enumerate(local):
                 assert await at_hub.handle(handle.id).result(timeout=HANG) == n + 1000
